@@ -1,0 +1,46 @@
+// swift-tools-version:6.0
+// bgtaskd: the iOS background-execution model for Linux processes.
+// Dependencies point down: the model and the Varlink library know nothing of the OS;
+// only BGTaskSystem sees the C module.
+import PackageDescription
+
+let package = Package(
+    name: "bgtaskd",
+    products: [
+        .executable(name: "bgtaskd", targets: ["bgtaskd"]),
+        .executable(name: "bgtaskctl", targets: ["bgtaskctl"]),
+        .library(name: "BGTaskClient", targets: ["BGTaskClient"]),
+    ],
+    targets: [
+        .systemLibrary(
+            name: "CSystemd",
+            pkgConfig: "libsystemd",
+            providers: [.apt(["libsystemd-dev"])]
+        ),
+        // The model: apps, tasks, rules, deadlines. No I/O, no clock reads.
+        .target(name: "BGTaskCore", linkerSettings: [.linkedLibrary("m")]),
+        // Framing, messages, JSON, standard errors. Knows nothing of bgtaskd.
+        .target(name: "Varlink"),
+        // Thin Swift over the OS: Errno, pidfds, /proc, sockets, sd-event, sd_notify.
+        .target(name: "BGTaskSystem", dependencies: ["CSystemd"]),
+        // Glue: the Varlink endpoint turns calls into model events and runs the effects.
+        .target(
+            name: "BGTaskDaemon",
+            dependencies: ["BGTaskCore", "Varlink", "BGTaskSystem"],
+            resources: [.embedInCode("io.bgtaskd.varlink")]
+        ),
+        .executableTarget(name: "bgtaskd", dependencies: ["BGTaskDaemon"]),
+        // The UIKit-like client library and the blocking Varlink client the tools share.
+        .target(name: "BGTaskClient", dependencies: ["Varlink", "BGTaskSystem"]),
+        .executableTarget(name: "bgtaskctl", dependencies: ["BGTaskClient"]),
+        // A scriptable app for end-to-end tests: line commands on stdin, JSON lines out.
+        .executableTarget(name: "bgtask-probe", dependencies: ["BGTaskClient"]),
+        .testTarget(name: "BGTaskCoreTests", dependencies: ["BGTaskCore"]),
+        .testTarget(name: "VarlinkTests", dependencies: ["Varlink"]),
+        .testTarget(name: "BGTaskSystemTests", dependencies: ["BGTaskSystem"]),
+        .testTarget(
+            name: "EndToEndTests",
+            dependencies: ["BGTaskSystem", "BGTaskClient", "Varlink"]
+        ),
+    ]
+)

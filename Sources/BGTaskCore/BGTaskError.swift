@@ -1,0 +1,27 @@
+/// An error the model answers a request with. Each maps to one Varlink error name.
+public enum BGTaskError: Error, Equatable, Sendable {
+    /// No task with that id is active in the caller's app.
+    case noSuchTask(TaskID)
+    /// The app's background time is used up (warned, or suspended).
+    case noBackgroundTime
+    /// A configured limit was reached; says which.
+    case limitExceeded(String)
+    /// No app contains that process.
+    case noSuchApp(Int32)
+    /// A parameter was refused (pid 1, the daemon itself, a kernel thread, a bad value).
+    case invalidParameter(String)
+    /// The caller may not do this.
+    case permissionDenied
+
+    /// The error's Varlink name.
+    public var varlinkName: String {
+        switch self {
+        case .noSuchTask: "io.bgtaskd.App.NoSuchTask"
+        case .noBackgroundTime: "io.bgtaskd.App.NoBackgroundTime"
+        case .limitExceeded: "io.bgtaskd.App.LimitExceeded"
+        case .noSuchApp: "io.bgtaskd.Manager.NoSuchApp"
+        case .invalidParameter: "org.varlink.service.InvalidParameter"
+        case .permissionDenied: "org.varlink.service.PermissionDenied"
+        }
+    }
+}

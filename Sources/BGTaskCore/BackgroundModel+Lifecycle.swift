@@ -1,0 +1,231 @@
+extension BackgroundModel {
+    /// `SetAppState`: moves an app to the background (rule 3) or the foreground (rule 8).
+    /// Only `foreground` and `background` can be asked for; asking for the state the app is
+    /// in changes nothing (a suspended app is already in the background).
+    public mutating func setState(of app: ProcessIdentity, to state: AppState, at now: Instant,
+                                  effects: inout [Effect]) throws(BGTaskError) -> AppSnapshot {
+        guard apps[app] != nil else { throw .noSuchApp(app.pid) }
+        switch state {
+        case .background: enterBackground(app, at: now, effects: &effects)
+        case .foreground: enterForeground(app, at: now, effects: &effects)
+        case .suspended, .terminated:
+            throw .invalidParameter("state must be foreground or background, not \(state.rawValue)")
+        }
+        return snapshot(apps[app]!, at: now)
+    }
+
+    /// `Terminate` from a manager.
+    public mutating func terminate(_ app: ProcessIdentity, at now: Instant, effects: inout [Effect]) throws(BGTaskError) {
+        guard apps[app] != nil else { throw .noSuchApp(app.pid) }
+        terminate(app, reason: .manager, at: now, effects: &effects)
+    }
+
+    /// A watched process exited (rule 9): an app's own process takes the app and its tasks
+    /// with it; any other process takes the tasks it began.
+    public mutating func processExited(_ process: ProcessIdentity, at now: Instant, effects: inout [Effect]) {
+        let watched = needsWatch(process)
+        terminating.remove(process)
+        if let app = apps[process] {
+            for id in app.taskIDs {
+                if let task = tasks[id] {
+                    finish(task, as: task.state == .pending ? .denied : .ended, reason: .appExited,
+                           at: now, effects: &effects)
+                }
+            }
+            apps[process] = nil
+            effects.append(.log(LogEntry(priority: .info, kind: .appExited,
+                                         message: "App \(process) (\(app.command)) exited; forgotten",
+                                         app: process, command: app.command)))
+        }
+        var affected: [ProcessIdentity] = []
+        for id in (tasksByOwner[process] ?? []).sorted() {
+            guard let task = tasks[id] else { continue }
+            finish(task, as: task.state == .pending ? .denied : .ended, reason: .ownerExited, at: now, effects: &effects)
+            if !affected.contains(task.app) { affected.append(task.app) }
+        }
+        settleWatch(process, before: watched, effects: &effects)
+        for app in affected { suspendIfIdle(app, at: now, effects: &effects) }
+    }
+
+    // MARK: Transitions
+
+    mutating func enterBackground(_ app: ProcessIdentity, at now: Instant, effects: inout [Effect]) {
+        guard var record = apps[app], record.state == .foreground else { return }
+        let deadline = now + configuration.backgroundTime
+        record.state = .background
+        record.phase = .transition
+        record.deadline = deadline
+        record.warned = false
+        record.epoch += 1
+        let warningAt = max(now, deadline - configuration.expirationWarning)
+        timers.insert(.warning(app, epoch: record.epoch), at: warningAt)
+        timers.insert(.deadline(app, epoch: record.epoch), at: deadline)
+        effects.append(.log(LogEntry(priority: .info, kind: .appBackgrounded,
+                                     message: "App \(app) (\(record.command)) entered the background with \(ConfigurationValue.formatTimeSpan(configuration.backgroundTime)) of background time",
+                                     app: app, command: record.command)))
+        if record.subscribers > 0 {
+            record.transitionDeadline = now + configuration.transitionTimeout
+            timers.insert(.transitionTimeout(app, epoch: record.epoch), at: record.transitionDeadline!)
+            apps[app] = record
+            effects.append(.lifecycle(app, .didEnterBackground(transitionTimeout: configuration.transitionTimeout,
+                                                               backgroundTimeRemaining: configuration.backgroundTime)))
+        } else {
+            // No subscriber: the app counts as having returned from its handler at once.
+            apps[app] = record
+            finishTransition(of: app, at: now, effects: &effects)
+        }
+    }
+
+    mutating func enterForeground(_ app: ProcessIdentity, at now: Instant, effects: inout [Effect]) {
+        guard var record = apps[app], record.state != .foreground else { return }
+        let wasSuspended = record.state == .suspended
+        record.state = .foreground
+        record.phase = nil
+        record.deadline = nil
+        record.transitionDeadline = nil
+        record.warned = false
+        record.epoch += 1
+        apps[app] = record
+        if wasSuspended {
+            effects.append(.act(AppActionRecord(app: app, uid: record.uid, command: record.command, action: .resumed,
+                                                reason: .foreground, taskNames: []), signal: nil))
+            effects.append(.log(LogEntry(priority: .notice, kind: .appResumed,
+                                         message: "App \(app) (\(record.command)) resumed: foreground",
+                                         app: app, command: record.command, reason: ActionReason.foreground.rawValue)))
+        } else {
+            effects.append(.log(LogEntry(priority: .info, kind: .appForegrounded,
+                                         message: "App \(app) (\(record.command)) returned to the foreground",
+                                         app: app, command: record.command)))
+        }
+        for id in record.taskIDs {
+            guard var task = tasks[id], task.state == .expiring else { continue }
+            task.state = .granted
+            tasks[id] = task
+            effects.append(.taskChanged(snapshot(task, at: now)))
+        }
+        effects.append(.lifecycle(app, .willEnterForeground))
+    }
+
+    /// Rule 6: the warning timer fired.
+    mutating func warn(_ app: ProcessIdentity, at now: Instant, effects: inout [Effect]) {
+        guard let record = apps[app], record.state == .background, let deadline = record.deadline else { return }
+        apps[app]?.warned = true
+        if record.phase == .running { apps[app]?.phase = .expiring }
+        let left = max(.zero, deadline - now)
+        var expiring: [TaskID] = []
+        for id in record.taskIDs {
+            guard var task = tasks[id] else { continue }
+            if task.state == .pending {
+                finish(task, as: .denied, reason: .noBackgroundTime, at: now, effects: &effects)
+                continue
+            }
+            guard task.state == .granted else { continue }
+            task.state = .expiring
+            tasks[id] = task
+            expiring.append(id)
+            effects.append(.taskChanged(snapshot(task, at: now)))
+            let handler = task.expirationHandler ? "" : "; it has no expiration handler"
+            effects.append(.log(LogEntry(priority: task.expirationHandler ? .info : .warning, kind: .taskWarned,
+                                         message: "Task \(id) (\(task.name)) of \(app) expires in \(ConfigurationValue.formatTimeSpan(left))\(handler)",
+                                         app: app, command: record.command, taskID: id, taskName: task.name)))
+        }
+        if !expiring.isEmpty {
+            effects.append(.lifecycle(app, .taskExpiring(expiring, backgroundTimeRemaining: left)))
+        }
+        suspendIfIdle(app, at: now, effects: &effects)
+    }
+
+    /// Rule 7: background time ran out.
+    mutating func expire(_ app: ProcessIdentity, at now: Instant, effects: inout [Effect]) {
+        guard let record = apps[app], record.state == .background else { return }
+        let held = record.taskIDs.contains { tasks[$0]?.state.isAssertion == true }
+        if held {
+            terminate(app, reason: .assertionsBeyondPermittedTime, at: now, effects: &effects)
+        } else {
+            suspend(app, reason: .backgroundTimeExpired, at: now, effects: &effects)
+        }
+    }
+
+    /// Rule 3: the transition was not reported finished in time.
+    mutating func transitionTimedOut(_ app: ProcessIdentity, at now: Instant, effects: inout [Effect]) {
+        guard let record = apps[app], record.state == .background, record.phase == .transition else { return }
+        terminate(app, reason: .transitionTimeout, at: now, effects: &effects)
+    }
+
+    mutating func suspend(_ app: ProcessIdentity, reason: ActionReason, at now: Instant, effects: inout [Effect]) {
+        guard let record = apps[app] else { return }
+        for id in record.taskIDs {
+            if let task = tasks[id], task.state == .pending {
+                finish(task, as: .denied, reason: .suspendedBeforeGrant, at: now, effects: &effects)
+            }
+        }
+        apps[app]?.state = .suspended
+        apps[app]?.phase = nil
+        apps[app]?.transitionDeadline = nil
+        effects.append(.act(AppActionRecord(app: app, uid: record.uid, command: record.command, action: .suspended,
+                                            reason: reason, taskNames: []), signal: nil))
+        effects.append(.log(LogEntry(priority: .notice, kind: .appSuspended,
+                                     message: "App \(app) (\(record.command)) suspended: \(reason.rawValue)",
+                                     app: app, command: record.command, reason: reason.rawValue)))
+    }
+
+    /// Terminates an app: its tasks expire (or end), it is forgotten, and the daemon signals
+    /// it. A catchable signal is followed by `SIGKILL` after `TerminateGraceSec`.
+    mutating func terminate(_ app: ProcessIdentity, reason: ActionReason, at now: Instant, effects: inout [Effect]) {
+        guard let record = apps[app] else { return }
+        let signal = configuration.terminateSignal
+        var names: [String] = []
+        var expired: [TaskID] = []
+        let watched = needsWatch(app)
+        for id in record.taskIDs {
+            guard let task = tasks[id] else { continue }
+            if task.state.isAssertion { names.append(task.name) }
+            if task.state.isAssertion, reason == .assertionsBeyondPermittedTime {
+                expired.append(id)
+                finish(task, as: .expired, reason: .backgroundTimeExpired, at: now, effects: &effects)
+            } else {
+                finish(task, as: task.state == .pending ? .denied : .ended, reason: .appTerminated, at: now, effects: &effects)
+            }
+        }
+        if !expired.isEmpty { effects.append(.lifecycle(app, .taskExpired(expired))) }
+        apps[app] = nil
+        if signal != .kill {
+            terminating.insert(app)
+            timers.insert(.kill(app), at: now + configuration.terminateGrace)
+        }
+        effects.append(.act(AppActionRecord(app: app, uid: record.uid, command: record.command, action: .terminated,
+                                            reason: reason, taskNames: names), signal: signal))
+        let held = names.isEmpty ? "" : " holding \(names.map { "'\($0)'" }.joined(separator: ", "))"
+        effects.append(.log(LogEntry(priority: .warning, kind: .appTerminated,
+                                     message: "App \(app) (\(record.command))\(held) terminated with \(signal): \(reason.rawValue)",
+                                     app: app, command: record.command, reason: reason.rawValue)))
+        settleWatch(app, before: watched, effects: &effects)
+    }
+
+    // MARK: Time
+
+    /// The earliest instant at which `advance(to:)` may have work; `nil` when nothing is armed.
+    /// May be early (a cancelled timer), never late.
+    public func nextDeadline() -> Instant? { timers.first?.instant }
+
+    /// Fires every timer due at or before `now`, each at its own instant, in order.
+    public mutating func advance(to now: Instant, effects: inout [Effect]) {
+        while let entry = timers.popDue(at: now) {
+            let at = entry.instant
+            switch entry.kind {
+            case let .grant(id): grant(id, at: at, effects: &effects)
+            case let .ageWarning(id): warnAge(id, at: at, effects: &effects)
+            case let .transitionTimeout(app, epoch):
+                if apps[app]?.epoch == epoch { transitionTimedOut(app, at: at, effects: &effects) }
+            case let .warning(app, epoch):
+                if apps[app]?.epoch == epoch { warn(app, at: at, effects: &effects) }
+            case let .deadline(app, epoch):
+                if apps[app]?.epoch == epoch { expire(app, at: at, effects: &effects) }
+            case let .kill(process):
+                guard terminating.remove(process) != nil else { continue }
+                effects.append(.kill(process))
+                settleWatch(process, before: true, effects: &effects)
+            }
+        }
+    }
+}

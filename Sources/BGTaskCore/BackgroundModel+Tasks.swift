@@ -1,0 +1,142 @@
+extension BackgroundModel {
+    /// `BeginTask` (rule 2): answers at once with a `pending` task; the grant follows after a
+    /// latency drawn from [`GrantLatencyMinSec`, `GrantLatencyMaxSec`].
+    /// - Parameters:
+    ///   - owner: the calling process; its exit ends the task.
+    ///   - connection: set when begun with `more`; closing it ends the task.
+    public mutating func beginTask(in app: ProcessIdentity, owner: ProcessIdentity, name: String,
+                                   expirationHandler: Bool, connection: ConnectionID?,
+                                   at now: Instant, effects: inout [Effect]) throws(BGTaskError) -> TaskSnapshot {
+        guard let record = apps[app] else { throw .noSuchApp(app.pid) }
+        if record.state == .suspended || record.warned { throw .noBackgroundTime }
+        guard record.taskIDs.count < configuration.maxTasksPerApp else {
+            throw .limitExceeded("MaxTasksPerApp=\(configuration.maxTasksPerApp) reached")
+        }
+        let id = nextTaskID
+        nextTaskID += 1
+        let task = TaskRecord(id: id, app: app, owner: owner, connection: connection, name: name,
+                              expirationHandler: expirationHandler, created: now,
+                              grantAt: now + drawGrantLatency())
+        let watched = needsWatch(owner)
+        tasks[id] = task
+        apps[app]?.taskIDs.append(id)
+        tasksByOwner[owner, default: []].insert(id)
+        if let connection { tasksByConnection[connection, default: []].insert(id) }
+        settleWatch(owner, before: watched, effects: &effects)
+        timers.insert(.grant(id), at: task.grantAt)
+        timers.insert(.ageWarning(id), at: now + configuration.taskAgeWarning)
+        let snapshot = snapshot(task, at: now)
+        effects.append(.taskChanged(snapshot))
+        return snapshot
+    }
+
+    /// `EndTask`: ends an active task of `app`. Ids of other apps' tasks are unknown here.
+    public mutating func endTask(_ id: TaskID, in app: ProcessIdentity, at now: Instant,
+                                 effects: inout [Effect]) throws(BGTaskError) {
+        guard let task = tasks[id], task.app == app else { throw .noSuchTask(id) }
+        finish(task, as: .ended, reason: .endedByApp, at: now, effects: &effects)
+        suspendIfIdle(app, at: now, effects: &effects)
+    }
+
+    /// `FinishBackgroundTransition` (rule 4): with no granted task the app is suspended and
+    /// its pending tasks denied; otherwise it keeps running. Outside a transition, nothing.
+    public mutating func finishTransition(of app: ProcessIdentity, at now: Instant, effects: inout [Effect]) {
+        guard let record = apps[app], record.state == .background, record.phase == .transition else { return }
+        apps[app]?.transitionDeadline = nil
+        let holdsAssertion = record.taskIDs.contains { tasks[$0]?.state.isAssertion == true }
+        if holdsAssertion {
+            apps[app]?.phase = record.warned ? .expiring : .running
+        } else {
+            suspend(app, reason: .transitionFinished, at: now, effects: &effects)
+        }
+    }
+
+    /// A lifecycle subscriber connected: from now on entering the background waits for
+    /// `FinishBackgroundTransition` (rule 3).
+    public mutating func subscribe(_ app: ProcessIdentity) {
+        apps[app]?.subscribers += 1
+    }
+
+    /// A lifecycle subscriber went away. An app whose last subscriber leaves mid-transition
+    /// can no longer report it, so its transition counts as finished.
+    public mutating func unsubscribe(_ app: ProcessIdentity, at now: Instant, effects: inout [Effect]) {
+        guard let record = apps[app], record.subscribers > 0 else { return }
+        apps[app]?.subscribers -= 1
+        if record.subscribers == 1 { finishTransition(of: app, at: now, effects: &effects) }
+    }
+
+    /// A connection closed: tasks begun on it with `more` end (rule 9), like a logind
+    /// inhibitor lock ends with its file descriptor.
+    public mutating func connectionClosed(_ connection: ConnectionID, at now: Instant, effects: inout [Effect]) {
+        guard let ids = tasksByConnection.removeValue(forKey: connection) else { return }
+        var affected: [ProcessIdentity] = []
+        for id in ids.sorted() {
+            guard let task = tasks[id] else { continue }
+            finish(task, as: .ended, reason: .connectionClosed, at: now, effects: &effects)
+            if !affected.contains(task.app) { affected.append(task.app) }
+        }
+        for app in affected { suspendIfIdle(app, at: now, effects: &effects) }
+    }
+
+    // MARK: Internals
+
+    mutating func drawGrantLatency() -> Duration {
+        let low = configuration.grantLatencyMin.nanoseconds
+        let high = max(low, configuration.grantLatencyMax.nanoseconds)
+        let value = low == high ? low : Int64.random(in: low...high, using: &random)
+        return .nanoseconds(value)
+    }
+
+    /// The grant timer fired.
+    mutating func grant(_ id: TaskID, at now: Instant, effects: inout [Effect]) {
+        guard var task = tasks[id], task.state == .pending, let app = apps[task.app] else { return }
+        task.state = app.warned ? .expiring : .granted
+        tasks[id] = task
+        effects.append(.lifecycle(task.app, .taskGranted(id)))
+        effects.append(.taskChanged(snapshot(task, at: now)))
+        effects.append(.log(LogEntry(priority: .info, kind: .taskGranted,
+                                     message: "Task \(id) (\(task.name)) of \(task.app) granted",
+                                     app: task.app, command: app.command, taskID: id, taskName: task.name)))
+    }
+
+    /// Removes an active task, telling its stream and subscribers why.
+    mutating func finish(_ task: TaskRecord, as state: TaskState, reason: TaskReason, at now: Instant,
+                         effects: inout [Effect]) {
+        var ended = task
+        ended.state = state
+        let watched = needsWatch(task.owner)
+        tasks[task.id] = nil
+        apps[task.app]?.taskIDs.removeAll { $0 == task.id }
+        tasksByOwner[task.owner]?.remove(task.id)
+        if tasksByOwner[task.owner]?.isEmpty == true { tasksByOwner[task.owner] = nil }
+        if let connection = task.connection {
+            tasksByConnection[connection]?.remove(task.id)
+            if tasksByConnection[connection]?.isEmpty == true { tasksByConnection[connection] = nil }
+        }
+        settleWatch(task.owner, before: watched, effects: &effects)
+        if state == .denied { effects.append(.lifecycle(task.app, .taskDenied(task.id, reason))) }
+        effects.append(.taskChanged(snapshot(ended, at: now, reason: reason)))
+        let kind: LogKind = state == .denied ? .taskDenied : state == .expired ? .taskExpired : .taskEnded
+        let verb = state == .denied ? "denied" : state == .expired ? "expired" : "ended"
+        effects.append(.log(LogEntry(priority: state == .ended ? .debug : .notice, kind: kind,
+                                     message: "Task \(task.id) (\(task.name)) of \(task.app) \(verb): \(reason.rawValue)",
+                                     app: task.app, command: apps[task.app]?.command, taskID: task.id,
+                                     taskName: task.name, reason: reason.rawValue)))
+    }
+
+    /// Rule 5: a background app past its transition whose last task ended is suspended.
+    mutating func suspendIfIdle(_ app: ProcessIdentity, at now: Instant, effects: inout [Effect]) {
+        guard let record = apps[app], record.state == .background, record.phase != .transition,
+              record.taskIDs.isEmpty else { return }
+        suspend(app, reason: .tasksEnded, at: now, effects: &effects)
+    }
+
+    /// The age-warning timer fired: UIKit logs tasks held too long, so do we.
+    mutating func warnAge(_ id: TaskID, at now: Instant, effects: inout [Effect]) {
+        guard let task = tasks[id] else { return }
+        let age = ConfigurationValue.formatTimeSpan(configuration.taskAgeWarning)
+        effects.append(.log(LogEntry(priority: .warning, kind: .taskAgeWarning,
+                                     message: "Task \(id) (\(task.name)) of \(task.app) was begun over \(age) ago; end it when its work is done",
+                                     app: task.app, command: apps[task.app]?.command, taskID: id, taskName: task.name)))
+    }
+}

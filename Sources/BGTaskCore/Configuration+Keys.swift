@@ -1,0 +1,185 @@
+/// One configuration key: where it lives, how to read it, how to print it.
+public struct ConfigurationKey: Sendable {
+    /// The INI section, e.g. `Background`.
+    public var section: String
+    /// The key, e.g. `BackgroundTimeSec`.
+    public var name: String
+    /// Applies a textual value; returns a reason when it is invalid.
+    let apply: @Sendable (inout Configuration, String) -> String?
+    /// Prints the current value as the config file would spell it.
+    public let format: @Sendable (Configuration) -> String
+}
+
+/// A configuration error, naming where it came from: `FILE:LINE: message`.
+public struct ConfigurationError: Error, Equatable, Sendable, CustomStringConvertible {
+    /// The file (or `--set`) the value came from.
+    public var source: String
+    /// The 1-based line, or 0 when there is none.
+    public var line: Int
+    public var message: String
+
+    public init(source: String, line: Int, message: String) {
+        self.source = source
+        self.line = line
+        self.message = message
+    }
+
+    public var description: String { line > 0 ? "\(source):\(line): \(message)" : "\(source): \(message)" }
+}
+
+extension Configuration {
+    /// Every key, in the order the shipped config file lists them.
+    public static let keys: [ConfigurationKey] = [
+        span("Background", "BackgroundTimeSec", \.backgroundTime),
+        span("Background", "ExpirationWarningSec", \.expirationWarning),
+        span("Background", "TransitionTimeoutSec", \.transitionTimeout),
+        span("Background", "GrantLatencyMinSec", \.grantLatencyMin),
+        span("Background", "GrantLatencyMaxSec", \.grantLatencyMax),
+        ConfigurationKey(section: "Background", name: "GrantLatencySeed", apply: { config, text in
+            if text.isEmpty { config.grantLatencySeed = nil; return nil }
+            guard let seed = UInt64(text) else { return "expected an unsigned integer, got '\(text)'" }
+            config.grantLatencySeed = seed
+            return nil
+        }, format: { $0.grantLatencySeed.map(String.init) ?? "" }),
+        span("Background", "TaskAgeWarningSec", \.taskAgeWarning),
+        ConfigurationKey(section: "Enforcement", name: "SuspendMode", apply: { config, text in
+            guard let mode = SuspendMode(rawValue: text) else {
+                return "expected one of auto, freezer, signal, got '\(text)'"
+            }
+            config.suspendMode = mode
+            return nil
+        }, format: { $0.suspendMode.rawValue }),
+        ConfigurationKey(section: "Enforcement", name: "TerminateSignal", apply: { config, text in
+            guard let signal = TerminateSignal(parsing: text) else {
+                return "expected a signal such as SIGKILL or SIGTERM, got '\(text)'"
+            }
+            config.terminateSignal = signal
+            return nil
+        }, format: { $0.terminateSignal.description }),
+        span("Enforcement", "TerminateGraceSec", \.terminateGrace),
+        count("Limits", "MaxApps", \.maxApps),
+        count("Limits", "MaxTasksPerApp", \.maxTasksPerApp),
+        count("Limits", "MaxConnectionsPerUser", \.maxConnectionsPerUser),
+        ConfigurationKey(section: "Limits", name: "MaxMessageBytes", apply: { config, text in
+            guard let size = ConfigurationValue.parseSize(text), size >= 1024, size <= 16 << 20 else {
+                return "expected a size from 1K to 16M, got '\(text)'"
+            }
+            config.maxMessageBytes = size
+            return nil
+        }, format: { ConfigurationValue.formatSize($0.maxMessageBytes) }),
+        ConfigurationKey(section: "Access", name: "ManagerGroup", apply: { config, text in
+            guard text.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "-_.".contains($0)) }) else {
+                return "expected a group name, got '\(text)'"
+            }
+            config.managerGroup = text
+            return nil
+        }, format: { $0.managerGroup }),
+    ]
+
+    private static func span(_ section: String, _ name: String,
+                             _ path: WritableKeyPath<Configuration, Duration> & Sendable) -> ConfigurationKey {
+        ConfigurationKey(section: section, name: name, apply: { config, text in
+            guard let span = ConfigurationValue.parseTimeSpan(text) else {
+                return "expected a time span such as 30s, 500ms or 1min 5s, got '\(text)'"
+            }
+            config[keyPath: path] = span
+            return nil
+        }, format: { ConfigurationValue.formatTimeSpan($0[keyPath: path]) })
+    }
+
+    private static func count(_ section: String, _ name: String,
+                              _ path: WritableKeyPath<Configuration, Int> & Sendable) -> ConfigurationKey {
+        ConfigurationKey(section: section, name: name, apply: { config, text in
+            guard let value = Int(text), value >= 1, value <= 10_000_000 else {
+                return "expected a whole number from 1 to 10000000, got '\(text)'"
+            }
+            config[keyPath: path] = value
+            return nil
+        }, format: { String($0[keyPath: path]) })
+    }
+
+    /// The key named `name` (case-sensitive, as systemd's are).
+    public static func key(named name: String) -> ConfigurationKey? {
+        keys.first { $0.name == name }
+    }
+
+    /// Applies `--set KEY=VALUE`.
+    public mutating func apply(assignment: String, source: String = "--set") throws(ConfigurationError) {
+        guard let equals = assignment.firstIndex(of: "=") else {
+            throw ConfigurationError(source: source, line: 0, message: "expected KEY=VALUE, got '\(assignment)'")
+        }
+        let name = String(assignment[..<equals]).trimmingASCIIWhitespace()
+        let value = String(assignment[assignment.index(after: equals)...]).trimmingASCIIWhitespace()
+        guard let key = Self.key(named: name) else {
+            throw ConfigurationError(source: source, line: 0, message: "unknown key '\(name)'")
+        }
+        if let problem = key.apply(&self, value) {
+            throw ConfigurationError(source: source, line: 0, message: "\(name): \(problem)")
+        }
+        try check(source: source)
+    }
+
+    /// Applies an INI file's text (`[Section]`, `Key=Value`, `#`/`;` comments); names the line of
+    /// the first bad key or value.
+    public mutating func apply(fileText text: String, source: String) throws(ConfigurationError) {
+        var section: String?
+        var number = 0
+        for rawLine in text.split(separator: "\n", omittingEmptySubsequences: false) {
+            number += 1
+            let line = String(rawLine).trimmingASCIIWhitespace()
+            if line.isEmpty || line.hasPrefix("#") || line.hasPrefix(";") { continue }
+            if line.hasPrefix("[") {
+                guard line.hasSuffix("]"), line.count > 2 else {
+                    throw ConfigurationError(source: source, line: number, message: "malformed section header '\(line)'")
+                }
+                let name = String(line.dropFirst().dropLast())
+                guard Self.keys.contains(where: { $0.section == name }) else {
+                    throw ConfigurationError(source: source, line: number, message: "unknown section [\(name)]")
+                }
+                section = name
+                continue
+            }
+            guard let equals = line.firstIndex(of: "=") else {
+                throw ConfigurationError(source: source, line: number, message: "expected Key=Value, got '\(line)'")
+            }
+            let name = String(line[..<equals]).trimmingASCIIWhitespace()
+            let value = String(line[line.index(after: equals)...]).trimmingASCIIWhitespace()
+            guard let section else {
+                throw ConfigurationError(source: source, line: number, message: "'\(name)' outside of a section")
+            }
+            guard let key = Self.keys.first(where: { $0.name == name && $0.section == section }) else {
+                throw ConfigurationError(source: source, line: number, message: "unknown key '\(name)' in [\(section)]")
+            }
+            if let problem = key.apply(&self, value) {
+                throw ConfigurationError(source: source, line: number, message: "\(name): \(problem)")
+            }
+        }
+        try check(source: source)
+    }
+
+    /// Cross-key checks that no single value can violate.
+    private func check(source: String) throws(ConfigurationError) {
+        if grantLatencyMin > grantLatencyMax {
+            throw ConfigurationError(source: source, line: 0,
+                                     message: "GrantLatencyMinSec is greater than GrantLatencyMaxSec")
+        }
+        if backgroundTime == .zero {
+            throw ConfigurationError(source: source, line: 0, message: "BackgroundTimeSec must be greater than 0")
+        }
+    }
+
+    /// The effective configuration as an INI file, every key spelled out.
+    public func rendered() -> String {
+        var out = ""
+        var section = ""
+        for key in Self.keys {
+            if key.section != section {
+                if !out.isEmpty { out += "\n" }
+                out += "[\(key.section)]\n"
+                section = key.section
+            }
+            out += "\(key.name)=\(key.format(self))\n"
+        }
+        return out
+    }
+}

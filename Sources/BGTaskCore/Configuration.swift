@@ -1,0 +1,78 @@
+/// How a process is suspended (rule 10).
+public enum SuspendMode: String, CaseIterable, Sendable {
+    /// The cgroup freezer when the app has a cgroup of its own, else signals.
+    case auto
+    /// Always the cgroup v2 freezer (falls back to signals, logged, when impossible).
+    case freezer
+    /// Always `SIGSTOP`/`SIGCONT`.
+    case signal
+}
+
+/// A signal the daemon may terminate apps with, by its Linux number.
+public struct TerminateSignal: Hashable, Sendable, CustomStringConvertible {
+    /// The Linux signal number.
+    public var number: Int32
+    /// The signal's name without the `SIG` prefix.
+    public var name: String
+
+    public static let kill = TerminateSignal(number: 9, name: "KILL")
+    public static let term = TerminateSignal(number: 15, name: "TERM")
+    /// Every signal accepted for `TerminateSignal=`.
+    public static let all: [TerminateSignal] = [
+        TerminateSignal(number: 1, name: "HUP"), TerminateSignal(number: 2, name: "INT"),
+        TerminateSignal(number: 3, name: "QUIT"), .kill,
+        TerminateSignal(number: 10, name: "USR1"), TerminateSignal(number: 12, name: "USR2"), .term,
+    ]
+
+    /// Parses `SIGTERM`, `TERM` or `15`.
+    public init?(parsing text: String) {
+        let upper = text.uppercased()
+        let bare = upper.hasPrefix("SIG") ? String(upper.dropFirst(3)) : upper
+        guard let found = Self.all.first(where: { $0.name == bare || String($0.number) == bare }) else {
+            return nil
+        }
+        self = found
+    }
+
+    private init(number: Int32, name: String) {
+        self.number = number
+        self.name = name
+    }
+
+    public var description: String { "SIG" + name }
+}
+
+/// The daemon's configuration (DESIGN.md §4). Defaults are the built-in values.
+public struct Configuration: Equatable, Sendable {
+    // [Background]
+    /// The background time budget shared by an app's tasks.
+    public var backgroundTime: Duration = .seconds(30)
+    /// How long before the deadline tasks are warned.
+    public var expirationWarning: Duration = .seconds(5)
+    /// How long a lifecycle-aware app has to report its transition finished.
+    public var transitionTimeout: Duration = .seconds(5)
+    /// The shortest grant latency.
+    public var grantLatencyMin: Duration = .zero
+    /// The longest grant latency.
+    public var grantLatencyMax: Duration = .milliseconds(50)
+    /// Seed for the grant latency; `nil` draws one at start.
+    public var grantLatencySeed: UInt64? = nil
+    /// Tasks older than this are logged, as UIKit does.
+    public var taskAgeWarning: Duration = .seconds(30)
+    // [Enforcement]
+    public var suspendMode: SuspendMode = .auto
+    public var terminateSignal: TerminateSignal = .kill
+    /// With a catchable `terminateSignal`, `SIGKILL` follows after this.
+    public var terminateGrace: Duration = .seconds(2)
+    // [Limits]
+    public var maxApps: Int = 8192
+    public var maxTasksPerApp: Int = 1000
+    public var maxConnectionsPerUser: Int = 256
+    /// The largest Varlink message accepted, in bytes.
+    public var maxMessageBytes: Int = 64 * 1024
+    // [Access]
+    /// A group whose members may manage every app; empty for none.
+    public var managerGroup: String = ""
+
+    public init() {}
+}

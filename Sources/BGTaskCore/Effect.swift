@@ -1,0 +1,69 @@
+/// A lifecycle event delivered to an app's subscribers (`io.bgtaskd.App.Subscribe`).
+public enum LifecycleEvent: Equatable, Sendable {
+    case didEnterBackground(transitionTimeout: Duration, backgroundTimeRemaining: Duration)
+    case willEnterForeground
+    case taskGranted(TaskID)
+    case taskDenied(TaskID, TaskReason)
+    case taskExpiring([TaskID], backgroundTimeRemaining: Duration)
+    case taskExpired([TaskID])
+
+    /// The event's name on the wire.
+    public var name: String {
+        switch self {
+        case .didEnterBackground: "didEnterBackground"
+        case .willEnterForeground: "willEnterForeground"
+        case .taskGranted: "taskGranted"
+        case .taskDenied: "taskDenied"
+        case .taskExpiring: "taskExpiring"
+        case .taskExpired: "taskExpired"
+        }
+    }
+}
+
+/// A suspension, resumption or termination the daemon must carry out and record.
+public struct AppActionRecord: Equatable, Sendable {
+    public var app: ProcessIdentity
+    public var uid: UInt32
+    public var command: String
+    public var action: AppAction
+    public var reason: ActionReason
+    /// The names of the tasks involved (for a termination: the tasks still held).
+    public var taskNames: [String]
+}
+
+/// The kinds of log line, each with its own journal `MESSAGE_ID`.
+public enum LogKind: String, CaseIterable, Sendable {
+    case appRegistered, appBackgrounded, appForegrounded, appExited
+    case appSuspended, appResumed, appTerminated
+    case taskGranted, taskDenied, taskWarned, taskExpired, taskEnded, taskAgeWarning
+}
+
+/// A log line with its structured fields; the daemon sends it to the journal.
+public struct LogEntry: Equatable, Sendable {
+    public enum Priority: Int, Sendable { case warning = 4, notice = 5, info = 6, debug = 7 }
+    public var priority: Priority
+    public var kind: LogKind
+    /// The sentence, leading with its subject: "Task 42 (upload) of pid 1234 expired".
+    public var message: String
+    public var app: ProcessIdentity?
+    public var command: String?
+    public var taskID: TaskID?
+    public var taskName: String?
+    public var reason: String?
+}
+
+/// Everything the model asks the daemon to do. The daemon runs effects in order.
+public enum Effect: Equatable, Sendable {
+    /// Deliver to the app's lifecycle subscribers.
+    case lifecycle(ProcessIdentity, LifecycleEvent)
+    /// A task changed state (its `more` stream and monitors).
+    case taskChanged(TaskSnapshot)
+    /// Suspend, resume or terminate the app (`terminate` carries the signal), and record it.
+    case act(AppActionRecord, signal: TerminateSignal?)
+    /// Send `SIGKILL`: the grace after a catchable terminate signal ran out.
+    case kill(ProcessIdentity)
+    /// Start or stop watching a process for its exit.
+    case watch(ProcessIdentity)
+    case unwatch(ProcessIdentity)
+    case log(LogEntry)
+}

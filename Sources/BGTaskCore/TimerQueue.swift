@@ -1,0 +1,74 @@
+/// A min-heap of timers. Entries are never removed early: each is checked against the
+/// model's state when it fires, so cancelling is free and a stale entry costs one wake-up.
+struct TimerQueue {
+    enum Kind: Equatable {
+        case grant(TaskID)
+        case ageWarning(TaskID)
+        case transitionTimeout(ProcessIdentity, epoch: UInt64)
+        case warning(ProcessIdentity, epoch: UInt64)
+        case deadline(ProcessIdentity, epoch: UInt64)
+        case kill(ProcessIdentity)
+    }
+
+    struct Entry {
+        var instant: Instant
+        /// Insertion order breaks ties, so timers due together fire in the order armed.
+        var sequence: UInt64
+        var kind: Kind
+
+        func precedes(_ other: Entry) -> Bool {
+            (instant, sequence) < (other.instant, other.sequence)
+        }
+    }
+
+    private var heap: [Entry] = []
+    private var sequence: UInt64 = 0
+
+    var count: Int { heap.count }
+    var first: Entry? { heap.first }
+
+    mutating func insert(_ kind: Kind, at instant: Instant) {
+        sequence += 1
+        heap.append(Entry(instant: instant, sequence: sequence, kind: kind))
+        var child = heap.count - 1
+        while child > 0 {
+            let parent = (child - 1) / 2
+            guard heap[child].precedes(heap[parent]) else { break }
+            heap.swapAt(child, parent)
+            child = parent
+        }
+    }
+
+    /// Removes and returns the earliest entry due at or before `now`.
+    mutating func popDue(at now: Instant) -> Entry? {
+        guard let top = heap.first, top.instant <= now else { return nil }
+        let last = heap.removeLast()
+        if !heap.isEmpty {
+            heap[0] = last
+            var parent = 0
+            while true {
+                let left = 2 * parent + 1, right = left + 1
+                var smallest = parent
+                if left < heap.count, heap[left].precedes(heap[smallest]) { smallest = left }
+                if right < heap.count, heap[right].precedes(heap[smallest]) { smallest = right }
+                if smallest == parent { break }
+                heap.swapAt(parent, smallest)
+                parent = smallest
+            }
+        }
+        return top
+    }
+}
+
+/// SplitMix64: a small, seedable generator, so grant latencies are reproducible.
+struct SplitMix64: RandomNumberGenerator {
+    private var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}

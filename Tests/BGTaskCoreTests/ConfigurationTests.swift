@@ -1,0 +1,89 @@
+import BGTaskCore
+import Testing
+
+@Suite struct ConfigurationTests {
+    @Test(arguments: [
+        ("30", 30_000_000_000), ("30s", 30_000_000_000), ("500ms", 500_000_000), ("1min 5s", 65_000_000_000),
+        ("1min5s", 65_000_000_000), ("1.5s", 1_500_000_000), ("2h", 7_200_000_000_000), ("250us", 250_000),
+        ("0", 0), (" 5 s ", 5_000_000_000),
+    ] as [(String, Int64)])
+    func timeSpansParse(text: String, nanoseconds: Int64) {
+        #expect(ConfigurationValue.parseTimeSpan(text)?.nanoseconds == nanoseconds)
+    }
+
+    @Test(arguments: ["", "s", "-5s", "5 parsecs", "1e3", "5s,", "..s"])
+    func badTimeSpansAreRejected(text: String) {
+        #expect(ConfigurationValue.parseTimeSpan(text) == nil)
+    }
+
+    @Test func timeSpansPrintAsSystemdDoes() {
+        #expect(ConfigurationValue.formatTimeSpan(.seconds(65)) == "1min 5s")
+        #expect(ConfigurationValue.formatTimeSpan(.milliseconds(50)) == "50ms")
+        #expect(ConfigurationValue.formatTimeSpan(.zero) == "0")
+    }
+
+    @Test func sizesParse() {
+        #expect(ConfigurationValue.parseSize("64K") == 65536)
+        #expect(ConfigurationValue.parseSize("1M") == 1 << 20)
+        #expect(ConfigurationValue.parseSize("4096") == 4096)
+        #expect(ConfigurationValue.parseSize("2KiB") == 2048)
+        #expect(ConfigurationValue.parseSize("K") == nil)
+        #expect(ConfigurationValue.parseSize("-1") == nil)
+        #expect(ConfigurationValue.formatSize(65536) == "64K")
+    }
+
+    @Test func setAppliesAndRejectsWithAReason() throws {
+        var config = Configuration()
+        try config.apply(assignment: "BackgroundTimeSec=500ms")
+        #expect(config.backgroundTime == .milliseconds(500))
+        try config.apply(assignment: "TerminateSignal=SIGTERM")
+        #expect(config.terminateSignal == .term)
+        let before = config
+        #expect(throws: ConfigurationError(source: "--set", line: 0, message: "unknown key 'Nope'")) {
+            try config.apply(assignment: "Nope=1")
+        }
+        #expect(throws: ConfigurationError.self) { try config.apply(assignment: "MaxApps=many") }
+        #expect(throws: ConfigurationError.self) { try config.apply(assignment: "BackgroundTimeSec") }
+        #expect(config == before)
+    }
+
+    @Test func fileErrorsNameTheLine() {
+        var config = Configuration()
+        let text = "# comment\n[Background]\nBackgroundTimeSec=10s\n\nExpirationWarningSec=soon\n"
+        #expect(throws: ConfigurationError(source: "/etc/x.conf", line: 5,
+                                           message: "ExpirationWarningSec: expected a time span such as 30s, 500ms or 1min 5s, got 'soon'")) {
+            try config.apply(fileText: text, source: "/etc/x.conf")
+        }
+        #expect(throws: ConfigurationError(source: "f", line: 1, message: "unknown section [Nope]")) {
+            try config.apply(fileText: "[Nope]\n", source: "f")
+        }
+        #expect(throws: ConfigurationError(source: "f", line: 2, message: "unknown key 'MaxApps' in [Background]")) {
+            try config.apply(fileText: "[Background]\nMaxApps=3\n", source: "f")
+        }
+    }
+
+    @Test func renderedDefaultsParseBackToTheDefaults() throws {
+        var config = Configuration()
+        config.maxApps = 3
+        var parsed = Configuration()
+        try parsed.apply(fileText: config.rendered(), source: "rendered")
+        #expect(parsed == config)
+        #expect(Configuration.keys.count == 15)
+    }
+
+    /// Every enum ↔ string table, one test: raw values are unique and round-trip.
+    @Test func everyEnumRoundTripsThroughItsString() {
+        func check<E: RawRepresentable & CaseIterable>(_: E.Type) where E.RawValue == String {
+            let names = E.allCases.map(\.rawValue)
+            #expect(Set(names).count == names.count)
+            for value in E.allCases { #expect(E(rawValue: value.rawValue)?.rawValue == value.rawValue) }
+        }
+        check(AppState.self); check(BackgroundPhase.self); check(TaskState.self); check(TaskReason.self)
+        check(ActionReason.self); check(AppAction.self); check(SuspendMode.self); check(LogKind.self)
+        for signal in TerminateSignal.all {
+            #expect(TerminateSignal(parsing: signal.description) == signal)
+            #expect(TerminateSignal(parsing: String(signal.number)) == signal)
+        }
+        #expect(TerminateSignal(parsing: "SIGSTOP") == nil)
+    }
+}

@@ -1,0 +1,371 @@
+import BGTaskCore
+import Testing
+
+/// One test (or more) per rule of DESIGN.md §2, with explicit instants.
+@Suite struct ModelRulesTests {
+    // Rule 1
+    @Test func descendantBelongsToItsAncestorsApp() throws {
+        var h = ModelHarness()
+        let app = try h.app(pid: 100)
+        let child = h.process(pid: 101, ancestors: [app])
+        #expect(try h.model.register(child, at: h.now, effects: &h.effects) == app)
+        #expect(h.model.appCount == 1)
+        let stranger = h.process(pid: 200)
+        #expect(try h.model.register(stranger, at: h.now, effects: &h.effects) != app)
+        #expect(h.model.appCount == 2)
+        #expect(h.state(app) == .foreground)
+    }
+
+    @Test func initProcessIsRefused() {
+        var h = ModelHarness()
+        let initProcess = h.process(pid: 1)
+        #expect(throws: BGTaskError.invalidParameter("pid 1 cannot be managed")) {
+            try h.model.register(initProcess, at: h.now, effects: &h.effects)
+        }
+        #expect(h.model.appCount == 0)
+        #expect(h.take().isEmpty)
+    }
+
+    // Rule 2
+    @Test func beginAnswersPendingAndGrantsAfterLatency() throws {
+        var h = ModelHarness()
+        let app = try h.app()
+        let id = try h.begin(app)
+        #expect(h.taskState(id) == .pending)
+        #expect(h.model.nextDeadline() == .seconds(0.05))
+        h.at(0.049)
+        #expect(h.taskState(id) == .pending)
+        h.at(0.05)
+        #expect(h.taskState(id) == .granted)
+        #expect(h.take().lifecycle == [.taskGranted(id)])
+    }
+
+    @Test func grantLatencyIsDrawnFromTheRangeAndReproducibleWithASeed() throws {
+        func latencies(seed: UInt64) throws -> [Int64] {
+            var h = ModelHarness {
+                $0.grantLatencyMin = .milliseconds(10)
+                $0.grantLatencyMax = .milliseconds(90)
+                $0.grantLatencySeed = seed
+            }
+            let app = try h.app()
+            var grants: [Int64] = []
+            for _ in 0..<50 {
+                try h.begin(app)
+                grants.append(h.model.nextDeadline()!.nanoseconds)
+                h.at(1)  // grant it, so the next begin's timer is the earliest
+                h.now = .zero
+            }
+            return grants
+        }
+        let first = try latencies(seed: 7)
+        #expect(first == (try latencies(seed: 7)))
+        #expect(first != (try latencies(seed: 8)))
+        #expect(first.allSatisfy { $0 >= 10_000_000 && $0 <= 90_000_000 })
+        #expect(Set(first).count > 40)
+    }
+
+    @Test func taskBegunInTheForegroundIsDormant() throws {
+        var h = ModelHarness()
+        let app = try h.app()
+        let id = try h.begin(app)
+        h.at(1000)
+        #expect(h.taskState(id) == .granted)
+        #expect(h.model.backgroundTimeRemaining(of: app, at: h.now) == nil)
+        #expect(h.take().actions.isEmpty)
+        #expect(h.model.nextDeadline() == nil || h.model.nextDeadline()! <= .seconds(1000))
+    }
+
+    // Rule 3
+    @Test func subscriberGetsDidEnterBackgroundAndMustFinishInTime() throws {
+        var h = ModelHarness()
+        let app = try h.app(subscribed: true)
+        h.at(10)
+        try h.background(app)
+        #expect(h.take().lifecycle == [.didEnterBackground(transitionTimeout: .seconds(5),
+                                                            backgroundTimeRemaining: .seconds(30))])
+        #expect(h.phase(app) == .transition)
+        h.at(14.999)
+        #expect(h.state(app) == .background)
+        h.at(15)
+        #expect(h.take().actions.map(\.1) == [.transitionTimeout])
+        #expect(h.state(app) == nil)
+    }
+
+    @Test func appWithoutSubscriberReturnsAtOnce() throws {
+        var h = ModelHarness()
+        let app = try h.app()
+        try h.background(app)
+        #expect(h.state(app) == .suspended)
+        #expect(h.take().actions.map(\.1) == [.transitionFinished])
+    }
+
+    // Rule 4
+    @Test func finishingWithAGrantedTaskKeepsRunning() throws {
+        var h = ModelHarness()
+        let app = try h.app(subscribed: true)
+        try h.background(app)
+        let id = try h.begin(app)
+        h.at(0.05)
+        h.at(1)
+        h.finishTransition(app)
+        #expect(h.phase(app) == .running)
+        #expect(h.taskState(id) == .granted)
+        #expect(h.take().actions.isEmpty)
+    }
+
+    @Test func lateRequestIsDeniedAndTheAppSuspendedAnyway() throws {
+        // Asked for 30 ms before the transition window closes, with 50 ms of grant latency.
+        var h = ModelHarness()
+        let app = try h.app(subscribed: true)
+        try h.background(app)
+        _ = h.take()
+        h.at(4.97)
+        let id = try h.begin(app)
+        h.at(4.98)
+        h.finishTransition(app)
+        let effects = h.take()
+        #expect(effects.finishedTasks.map { $0.0 } == [id])
+        #expect(effects.finishedTasks.first?.1 == .denied)
+        #expect(effects.finishedTasks.first?.2 == .suspendedBeforeGrant)
+        #expect(effects.lifecycle == [.taskDenied(id, .suspendedBeforeGrant)])
+        #expect(effects.actions.map(\.1) == [.transitionFinished])
+        #expect(h.state(app) == .suspended)
+        h.at(5.02)  // the grant timer is stale now
+        #expect(h.take().isEmpty)
+    }
+
+    @Test func pendingTaskOfAnAppWithoutSubscriberIsDeniedOnEnteringBackground() throws {
+        var h = ModelHarness()
+        let app = try h.app()
+        let id = try h.begin(app)
+        h.at(0.01)
+        try h.background(app)
+        #expect(h.take().finishedTasks.map { $0.2 } == [.suspendedBeforeGrant])
+        #expect(h.state(app) == .suspended)
+        #expect(h.taskState(id) == nil)
+    }
+
+    // Rule 5
+    @Test func lastTaskEndingSuspendsTheApp() throws {
+        var h = ModelHarness()
+        let app = try h.app()
+        let a = try h.begin(app, "a")
+        let b = try h.begin(app, "b")
+        h.at(0.05)
+        try h.background(app)
+        #expect(h.phase(app) == .running)
+        h.at(3)
+        try h.end(a, in: app)
+        #expect(h.state(app) == .background)
+        try h.end(b, in: app)
+        #expect(h.state(app) == .suspended)
+        #expect(h.take().actions.map(\.1) == [.tasksEnded])
+    }
+
+    // Rules 3 and 6: one deadline shared by all tasks; the warning comes ExpirationWarningSec before it.
+    @Test func deadlineIsSharedAndWarningComesBeforeIt() throws {
+        var h = ModelHarness()
+        let app = try h.app(subscribed: true)
+        h.at(10)
+        try h.background(app)
+        let early = try h.begin(app, "early")
+        h.at(10.05)
+        h.finishTransition(app)
+        h.at(20)
+        let late = try h.begin(app, "late")
+        h.at(20.05)
+        #expect(h.model.backgroundTimeRemaining(of: app, at: h.now) == .milliseconds(19_950))
+        _ = h.take()
+        h.at(34.999)
+        #expect(h.take().lifecycle.isEmpty)
+        h.at(35)
+        #expect(h.take().lifecycle == [.taskExpiring([early, late], backgroundTimeRemaining: .seconds(5))])
+        #expect(h.phase(app) == .expiring)
+        #expect(h.taskState(early) == .expiring && h.taskState(late) == .expiring)
+    }
+
+    @Test func beginIsRefusedOnceExpiringAndPendingTasksAreDenied() throws {
+        var h = ModelHarness { $0.grantLatencyMax = .seconds(2); $0.grantLatencyMin = .seconds(2) }
+        let app = try h.app()
+        let held = try h.begin(app, "held")
+        h.at(2)
+        try h.background(app)  // deadline 32, warning 27
+        h.at(26)
+        let pending = try h.begin(app, "pending")
+        h.at(27)
+        #expect(h.take().finishedTasks.map { "\($0.0) \($0.1) \($0.2!)" } == ["\(pending) denied noBackgroundTime"])
+        #expect(throws: BGTaskError.noBackgroundTime) { try h.begin(app) }
+        #expect(h.taskState(held) == .expiring)
+    }
+
+    // Rule 7
+    @Test func taskEndedAfterTheWarningSuspendsNotTerminates() throws {
+        var h = ModelHarness()
+        let app = try h.app()
+        let id = try h.begin(app)
+        h.at(0.05)
+        try h.background(app)
+        h.at(27)
+        try h.end(id, in: app)
+        #expect(h.take().actions.map(\.1) == [.tasksEnded])
+        h.at(30)
+        #expect(h.take().actions.isEmpty)
+        #expect(h.state(app) == .suspended)
+    }
+
+    @Test func taskHeldAtTheDeadlineTerminatesTheAppNamingIt() throws {
+        var h = ModelHarness()
+        let app = try h.app()
+        let id = try h.begin(app, "upload")
+        h.at(0.05)
+        try h.background(app)  // deadline 30.05
+        h.at(30.049)
+        #expect(h.state(app) == .background)
+        _ = h.take()
+        h.at(30.05)
+        let effects = h.take()
+        let terminations = effects.compactMap { if case let .act(r, signal) = $0 { (r, signal) } else { nil } }
+        #expect(terminations.count == 1)
+        #expect(terminations.first?.0.reason == .assertionsBeyondPermittedTime)
+        #expect(terminations.first?.0.taskNames == ["upload"])
+        #expect(terminations.first?.1 == .kill)
+        #expect(effects.lifecycle == [.taskExpired([id])])
+        #expect(effects.finishedTasks.map { $0.1 } == [.expired])
+        #expect(effects.contains(.unwatch(app)))
+        #expect(h.state(app) == nil && h.model.taskCount == 0)
+    }
+
+    // Rule 8
+    @Test func foregroundResumesRestoresTasksAndTheNextBackgroundGetsAFreshBudget() throws {
+        var h = ModelHarness()
+        let app = try h.app()
+        let id = try h.begin(app)
+        h.at(0.05)
+        try h.background(app)
+        h.at(26)
+        #expect(h.taskState(id) == .expiring)
+        try h.foreground(app)
+        #expect(h.taskState(id) == .granted)
+        #expect(h.model.backgroundTimeRemaining(of: app, at: h.now) == nil)
+        h.at(40)  // the old deadline passes harmlessly
+        #expect(h.state(app) == .foreground)
+        try h.background(app)
+        #expect(h.model.backgroundTimeRemaining(of: app, at: h.now) == .seconds(30))
+        h.at(64.999)
+        #expect(h.taskState(id) == .granted)
+        h.at(65)
+        #expect(h.taskState(id) == .expiring)
+        try h.end(id, in: app)
+        #expect(h.state(app) == .suspended)
+        _ = h.take()
+        try h.foreground(app)
+        #expect(h.take().actions.map { "\($0.0) \($0.1)" } == ["resumed foreground"])
+        #expect(h.state(app) == .foreground)
+    }
+
+    // Rule 9
+    @Test func ownerExitEndsItsTasksAndAppExitForgetsTheApp() throws {
+        var h = ModelHarness()
+        let app = try h.app()
+        let helper = h.process(pid: 101, ancestors: [app])
+        let byHelper = try h.begin(app, "helper", owner: helper.identity)
+        let byApp = try h.begin(app, "app")
+        #expect(h.take().contains(.watch(helper.identity)))
+        h.model.processExited(helper.identity, at: h.now, effects: &h.effects)
+        let effects = h.take()
+        #expect(effects.finishedTasks.map { "\($0.0) \($0.2!)" } == ["\(byHelper) ownerExited"])
+        #expect(effects.contains(.unwatch(helper.identity)))
+        h.model.processExited(app, at: h.now, effects: &h.effects)
+        #expect(h.take().finishedTasks.map { "\($0.0) \($0.2!)" } == ["\(byApp) appExited"])
+        #expect(h.model.appCount == 0 && h.model.taskCount == 0)
+    }
+
+    @Test func closingTheConnectionEndsTasksBegunWithMore() throws {
+        var h = ModelHarness()
+        let app = try h.app()
+        let streamed = try h.begin(app, "streamed", connection: ConnectionID(7))
+        let plain = try h.begin(app, "plain")
+        h.at(0.05)
+        h.model.connectionClosed(ConnectionID(7), at: h.now, effects: &h.effects)
+        #expect(h.take().finishedTasks.map { "\($0.0) \($0.2!)" } == ["\(streamed) connectionClosed"])
+        #expect(h.taskState(plain) == .granted)
+    }
+
+    @Test func endingAnotherAppsTaskIsNoSuchTaskAndChangesNothing() throws {
+        var h = ModelHarness()
+        let mine = try h.app(pid: 100)
+        let theirs = try h.app(pid: 200)
+        let id = try h.begin(theirs)
+        _ = h.take()
+        #expect(throws: BGTaskError.noSuchTask(id)) { try h.end(id, in: mine) }
+        #expect(throws: BGTaskError.noSuchTask(999)) { try h.end(999, in: mine) }
+        #expect(h.take().isEmpty)
+        #expect(h.taskState(id) == .pending)
+    }
+
+    @Test func lastSubscriberLeavingMidTransitionFinishesIt() throws {
+        var h = ModelHarness()
+        let app = try h.app(subscribed: true)
+        try h.background(app)
+        h.model.unsubscribe(app, at: h.now, effects: &h.effects)
+        #expect(h.state(app) == .suspended)
+    }
+
+    // Limits
+    @Test func limitsAreEnforced() throws {
+        var h = ModelHarness { $0.maxTasksPerApp = 2; $0.maxApps = 1 }
+        let app = try h.app()
+        try h.begin(app)
+        try h.begin(app)
+        #expect(throws: BGTaskError.limitExceeded("MaxTasksPerApp=2 reached")) { try h.begin(app) }
+        let other = h.process(pid: 300)
+        #expect(throws: BGTaskError.limitExceeded("MaxApps=1 reached")) {
+            try h.model.register(other, at: h.now, effects: &h.effects)
+        }
+    }
+
+    // Terminate escalation
+    @Test func catchableTerminateSignalIsFollowedByKillAfterGrace() throws {
+        var h = ModelHarness { $0.terminateSignal = .term; $0.terminateGrace = .seconds(2) }
+        let app = try h.app()
+        try h.model.terminate(app, at: h.now, effects: &h.effects)
+        let first = h.take()
+        #expect(first.compactMap { if case let .act(r, s) = $0 { "\(r.action) \(s!)" } else { nil } } == ["terminated SIGTERM"])
+        #expect(!first.contains(.unwatch(app)))
+        h.at(1.999)
+        #expect(h.take().isEmpty)
+        h.at(2)
+        #expect(h.take() == [.kill(app), .unwatch(app)])
+
+        let quick = try h.app(pid: 101)
+        try h.model.terminate(quick, at: h.now, effects: &h.effects)
+        h.model.processExited(quick, at: h.now, effects: &h.effects)
+        _ = h.take()
+        h.at(10)
+        #expect(h.take().isEmpty)
+    }
+
+    @Test func nextDeadlineIsNeverLate() throws {
+        var h = ModelHarness { $0.grantLatencyMin = .milliseconds(1); $0.grantLatencyMax = .milliseconds(80) }
+        let apps = try (0..<5).map { try h.app(pid: 100 + Int32($0), subscribed: $0 % 2 == 0) }
+        var t = 0.0
+        for step in 0..<400 {
+            let app = apps[step % apps.count]
+            switch step % 7 {
+            case 0: try? h.background(app)
+            case 1: _ = try? h.begin(app)
+            case 2: h.finishTransition(app)
+            case 3: if step % 3 == 0 { try? h.foreground(app) }
+            default: break
+            }
+            t += 0.7
+            h.at(t)
+            // Everything due by now has fired: what is left is strictly in the future.
+            if let next = h.model.nextDeadline() { #expect(next > h.now) }
+            // No background app outlives its deadline unnoticed.
+            for snapshot in h.model.listApps(at: h.now) where snapshot.state == .background {
+                #expect(snapshot.backgroundTimeRemaining! > .zero)
+            }
+        }
+    }
+}
