@@ -20,7 +20,7 @@ let package = Package(
         // The model: apps, tasks, rules, deadlines. No I/O, no clock reads.
         .target(name: "BGTaskCore", linkerSettings: [.linkedLibrary("m")]),
         // Framing, messages, JSON, standard errors. Knows nothing of bgtaskd.
-        .target(name: "Varlink"),
+        .target(name: "Varlink", linkerSettings: [.linkedLibrary("m")]),
         // Thin Swift over the OS: Errno, pidfds, /proc, sockets, sd-event, sd_notify.
         .target(name: "BGTaskSystem", dependencies: ["CSystemd"]),
         // Glue: the Varlink endpoint turns calls into model events and runs the effects.

@@ -1,0 +1,49 @@
+/// Splits a byte stream into Varlink messages: each message is one JSON text followed by a
+/// NUL byte. Bytes may arrive split anywhere.
+public struct VarlinkFramer: Sendable {
+    /// Refused when a message (without its NUL) would be longer.
+    public let maximumMessageBytes: Int
+    private var buffer: [UInt8] = []
+    /// Where the next message starts in `buffer`.
+    private var start = 0
+    /// How far `buffer` has been searched for a NUL.
+    private var scanned = 0
+
+    /// A message grew past `maximumMessageBytes` without its NUL.
+    public struct MessageTooLarge: Error, Equatable, Sendable {
+        public var limit: Int
+        public init(limit: Int) { self.limit = limit }
+    }
+
+    public init(maximumMessageBytes: Int) {
+        self.maximumMessageBytes = maximumMessageBytes
+    }
+
+    /// Bytes received but not yet returned as a message.
+    public var bufferedByteCount: Int { buffer.count - start }
+
+    /// Adds received bytes.
+    public mutating func append<Bytes: Sequence<UInt8>>(_ bytes: Bytes) {
+        if start > 0, start >= buffer.count / 2 {
+            // Compact once the consumed prefix is at least half, so appends stay amortized O(1).
+            buffer.removeSubrange(0..<start)
+            scanned -= start
+            start = 0
+        }
+        buffer.append(contentsOf: bytes)
+    }
+
+    /// The next complete message (without its NUL), or `nil` if none is complete yet.
+    public mutating func next() throws(MessageTooLarge) -> ArraySlice<UInt8>? {
+        if let nul = buffer[scanned...].firstIndex(of: 0) {
+            let message = buffer[start..<nul]
+            guard message.count <= maximumMessageBytes else { throw MessageTooLarge(limit: maximumMessageBytes) }
+            start = nul + 1
+            scanned = start
+            return message
+        }
+        scanned = buffer.count
+        guard buffer.count - start <= maximumMessageBytes else { throw MessageTooLarge(limit: maximumMessageBytes) }
+        return nil
+    }
+}

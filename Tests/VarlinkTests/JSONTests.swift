@@ -1,0 +1,45 @@
+import Testing
+import Varlink
+
+@Suite struct JSONTests {
+    @Test(arguments: [
+        ("null", JSON.null), ("true", .bool(true)), ("false", .bool(false)), ("0", .int(0)), ("-12", .int(-12)),
+        ("1.5", .double(1.5)), ("1e3", .double(1000)), ("-0.25E-2", .double(-0.0025)),
+        ("\"a\\\"b\\\\c\\/d\\n\"", .string("a\"b\\c/d\n")), ("\"\\u00e9\\ud83d\\ude00\"", .string("é😀")),
+        (" [1, \"x\", {\"k\": null}] ", .array([.int(1), .string("x"), .object(["k": .null])])),
+        ("9223372036854775807", .int(.max)), ("9223372036854775808", .double(9223372036854775808)),
+    ] as [(String, JSON)])
+    func parses(text: String, value: JSON) throws {
+        #expect(try JSON.parse(text) == value)
+    }
+
+    @Test(arguments: ["", "{", "[1,]", "{\"a\" 1}", "tru", "nul", "01", "1.", "-", "\"abc", "\"\\x\"",
+                      "\"\\ud800\"", "\"\\udc00x\"", "{}x", "[1 2]", "\"tab\there\"", "1e", "{1:2}", "NaN"])
+    func rejects(text: String) {
+        #expect(throws: JSONError.self) { try JSON.parse(text) }
+    }
+
+    @Test func rejectsInvalidUTF8() {
+        #expect(throws: JSONError.self) { try JSON.parse([0x22, 0xC3, 0x28, 0x22]) }
+        #expect(throws: JSONError.self) { try JSON.parse([0x22, 0xFF, 0x22]) }
+    }
+
+    @Test func refusesDeepNestingWithoutCrashing() {
+        let deep = String(repeating: "[", count: 100_000)
+        #expect(throws: JSONError.self) { try JSON.parse(deep) }
+        let ok = String(repeating: "[", count: 60) + String(repeating: "]", count: 60)
+        #expect((try? JSON.parse(ok)) != nil)
+    }
+
+    @Test func serializesCompactlyWithSortedKeysAndEscapes() {
+        let value = JSON.object(["b": .array([.int(1), .double(0.5), .double(2), .null]), "a": .string("x\"\n\u{1}\u{1b}é")])
+        #expect(value.serialized == #"{"a":"x\"\n\u0001\u001bé","b":[1,0.5,2.0,null]}"#)
+        #expect(JSON.double(.infinity).serialized == "null")
+    }
+
+    @Test func roundTrips() throws {
+        let value = JSON.object(["s": .string("ü\t\u{7f}"), "n": .int(-5), "d": .double(0.125), "o": .object([:]),
+                                 "a": .array([]), "t": .bool(true)])
+        #expect(try JSON.parse(value.serialized) == value)
+    }
+}
