@@ -9,11 +9,28 @@
 #include <sys/un.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <sys/random.h>
+#include <sys/epoll.h>
 
 /* Linux 6.5+; Debian 12's headers predate it. */
 #ifndef SO_PEERPIDFD
 #define SO_PEERPIDFD 77
 #endif
+
+/* Declared by glibc only under _GNU_SOURCE, which the Swift Glibc module does not set. */
+int accept4(int fd, struct sockaddr *__restrict addr, socklen_t *__restrict len, int flags);
+
+struct bgtask_ucred {
+    int pid;
+    unsigned uid;
+    unsigned gid;
+};
+
+/* SO_PEERCRED into a struct laid out like the kernel's struct ucred. */
+static inline int bgtask_peer_credentials(int fd, struct bgtask_ucred *out) {
+    socklen_t length = sizeof(*out);
+    return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, out, &length);
+}
 
 /* Swift cannot import these function-like macros. */
 static inline int bgtask_wifexited(int status) { return WIFEXITED(status); }

@@ -1,1 +1,4 @@
-print("todo")
+import BGTaskDaemon
+import Glibc
+
+exit(DaemonMain.run(arguments: Array(CommandLine.arguments.dropFirst())))

@@ -1,0 +1,208 @@
+import BGTaskCore
+import BGTaskSystem
+import Varlink
+
+/// The Varlink endpoint: decodes each call, checks access, asks the model, encodes the reply.
+extension Daemon {
+    func dispatch(_ call: VarlinkCall, on connection: Connection, at now: Instant,
+                  effects: inout [Effect]) throws(VarlinkError) -> VarlinkReply {
+        do {
+            switch call.interface {
+            case InterfaceDescription.service: return try serviceCall(call)
+            case "io.bgtaskd.App": return try appCall(call, on: connection, at: now, effects: &effects)
+            case "io.bgtaskd.Manager": return try managerCall(call, on: connection, at: now, effects: &effects)
+            default: throw VarlinkError.interfaceNotFound(call.interface)
+            }
+        } catch let error as BGTaskError {
+            throw error.varlink
+        } catch let error as VarlinkError {
+            throw error
+        } catch {
+            throw VarlinkError("org.varlink.service.InvalidParameter", parameters: ["parameter": .string("\(error)")])
+        }
+    }
+
+    // MARK: org.varlink.service
+
+    func serviceCall(_ call: VarlinkCall) throws -> VarlinkReply {
+        switch call.member {
+        case "GetInfo":
+            _ = try Parameters(call.parameters, allowed: [])
+            return VarlinkReply(parameters: [
+                "vendor": .string("bgtaskd"), "product": .string("bgtaskd"),
+                "version": .string(InterfaceDescription.version), "url": .string("https://github.com/bgtaskd/bgtaskd"),
+                "interfaces": .array([InterfaceDescription.service, "io.bgtaskd.App", "io.bgtaskd.Manager"].map { .string($0) }),
+            ])
+        case "GetInterfaceDescription":
+            let parameters = try Parameters(call.parameters, allowed: ["interface"])
+            let name = try parameters.string("interface")
+            guard let text = InterfaceDescription.blocks[name] else { throw VarlinkError.interfaceNotFound(name) }
+            return VarlinkReply(parameters: ["description": .string(text)])
+        default:
+            throw VarlinkError.methodNotFound(call.method)
+        }
+    }
+
+    // MARK: io.bgtaskd.App
+
+    /// The caller's process, resolved once per connection; its pidfd is offered to `watch`.
+    func caller(of connection: Connection) throws(BGTaskError) -> ProcessDescription {
+        if let known = connection.caller, let pidfd = connection.peerPidfd ?? watches[known.identity]?.pidfd {
+            callPidfds[known.identity] = pidfd
+            return known
+        }
+        let resolved = try resolver.resolvePeer(of: connection)
+        connection.caller = resolved.description
+        callPidfds[resolved.description.identity] = resolved.pidfd
+        return resolved.description
+    }
+
+    func appCall(_ call: VarlinkCall, on connection: Connection, at now: Instant,
+                 effects: inout [Effect]) throws -> VarlinkReply {
+        let known = ["Subscribe", "BeginTask", "EndTask", "GetTimeRemaining", "FinishBackgroundTransition"]
+        guard known.contains(call.member) else { throw VarlinkError.methodNotFound(call.method) }
+        let process = try caller(of: connection)
+        let app = try model.register(process, at: now, effects: &effects)
+        switch call.member {
+        case "Subscribe":
+            _ = try Parameters(call.parameters, allowed: [])
+            guard call.more else { throw VarlinkError.expectedMore }
+            model.subscribe(app)
+            connection.stream = .subscription(app)
+            subscribers[app, default: []].append(connection.id)
+            let snapshot = model.snapshot(of: app, at: now)!
+            return VarlinkReply(parameters: [
+                "event": .string("subscribed"), "pid": .int(Int64(app.pid)), "state": .string(snapshot.state.rawValue),
+                "phase": snapshot.phase.map { .string($0.rawValue) } ?? .null,
+                "backgroundTimeRemaining": Wire.seconds(snapshot.backgroundTimeRemaining),
+            ], continues: true)
+        case "BeginTask":
+            let parameters = try Parameters(call.parameters, allowed: ["name", "expirationHandler"])
+            let name = try TaskName.validate(try parameters.optionalString("name") ?? "")
+            let handler = try parameters.optionalBool("expirationHandler") ?? false
+            let streamed = call.more && !call.oneway
+            let task = try model.beginTask(in: app, owner: process.identity, name: name, expirationHandler: handler,
+                                           connection: streamed ? connection.id : nil, at: now, effects: &effects)
+            if streamed {
+                connection.stream = .task(task.id)
+                taskStreams[task.id] = connection.id
+            }
+            return VarlinkReply(parameters: Wire.taskState(task), continues: streamed)
+        case "EndTask":
+            let parameters = try Parameters(call.parameters, allowed: ["taskId"])
+            let id = try parameters.int("taskId")
+            guard let taskID = TaskID(exactly: id) else { throw BGTaskError.noSuchTask(0) }
+            try model.endTask(taskID, in: app, at: now, effects: &effects)
+            return VarlinkReply()
+        case "GetTimeRemaining":
+            _ = try Parameters(call.parameters, allowed: [])
+            let snapshot = model.snapshot(of: app, at: now)!
+            return VarlinkReply(parameters: [
+                "backgroundTimeRemaining": Wire.seconds(snapshot.backgroundTimeRemaining),
+                "state": .string(snapshot.state.rawValue),
+            ])
+        default:  // FinishBackgroundTransition
+            _ = try Parameters(call.parameters, allowed: [])
+            model.finishTransition(of: app, at: now, effects: &effects)
+            return VarlinkReply()
+        }
+    }
+
+    // MARK: io.bgtaskd.Manager
+
+    func mayManage(_ connection: Connection, appUID: UInt32) -> Bool {
+        let c = connection.credentials
+        return access.mayManage(appUID: appUID, uid: c.uid, gid: c.gid, groups: c.groups)
+    }
+
+    /// The registered app containing `pid`, checked for access.
+    func managedApp(pid: Int32, by connection: Connection, register: Bool, at now: Instant,
+                    effects: inout [Effect]) throws -> ProcessIdentity {
+        let target = try resolver.resolve(pid: pid)
+        callPidfds[target.description.identity] = target.pidfd
+        if let app = model.app(containing: target.description) {
+            guard mayManage(connection, appUID: model.snapshot(of: app, at: now)!.uid) else {
+                throw VarlinkError.permissionDenied
+            }
+            return app
+        }
+        guard register else { throw BGTaskError.noSuchApp(pid) }
+        guard mayManage(connection, appUID: target.description.uid) else { throw VarlinkError.permissionDenied }
+        return try model.register(target.description, at: now, effects: &effects)
+    }
+
+    func managerCall(_ call: VarlinkCall, on connection: Connection, at now: Instant,
+                     effects: inout [Effect]) throws -> VarlinkReply {
+        switch call.member {
+        case "SetAppState":
+            let parameters = try Parameters(call.parameters, allowed: ["pid", "state"])
+            let pid = try parameters.pid()
+            guard let state = AppState(rawValue: try parameters.string("state")),
+                  state == .foreground || state == .background else { throw VarlinkError.invalidParameter("state") }
+            let app = try managedApp(pid: pid, by: connection, register: true, at: now, effects: &effects)
+            let snapshot = try model.setState(of: app, to: state, at: now, effects: &effects)
+            return VarlinkReply(parameters: ["app": Wire.app(snapshot)])
+        case "ListApps":
+            _ = try Parameters(call.parameters, allowed: [])
+            let apps = model.listApps(at: now).filter { mayManage(connection, appUID: $0.uid) }
+            return VarlinkReply(parameters: ["apps": .array(apps.map(Wire.app))])
+        case "ListTasks":
+            let parameters = try Parameters(call.parameters, allowed: ["pid"])
+            var app: ProcessIdentity?
+            if let pid = try parameters.optionalInt("pid") {
+                guard pid > 0, pid <= Int64(Int32.max) else { throw VarlinkError.invalidParameter("pid") }
+                app = try managedApp(pid: Int32(pid), by: connection, register: false, at: now, effects: &effects)
+            }
+            let tasks = model.listTasks(of: app, at: now).filter { mayManage(connection, appUID: $0.uid) }
+            return VarlinkReply(parameters: ["tasks": .array(tasks.map(Wire.task))])
+        case "GetStatus":
+            _ = try Parameters(call.parameters, allowed: [])
+            let apps = model.listApps(at: now)
+            return VarlinkReply(parameters: [
+                "version": .string(InterfaceDescription.version), "apps": .int(Int64(apps.count)),
+                "tasks": .int(Int64(model.taskCount)),
+                "backgroundApps": .int(Int64(apps.filter { $0.state == .background }.count)),
+                "suspendedApps": .int(Int64(apps.filter { $0.state == .suspended }.count)),
+                "connections": .int(Int64(connections.count)),
+                "uptime": Wire.seconds(.nanoseconds(Clock.monotonicNanoseconds() - startedAt)),
+            ])
+        case "GetHistory":
+            _ = try Parameters(call.parameters, allowed: [])
+            let entries = history.entries.filter { mayManage(connection, appUID: $0.record.uid) }
+            return VarlinkReply(parameters: ["entries": .array(entries.map(Wire.historyEntry))])
+        case "Monitor":
+            _ = try Parameters(call.parameters, allowed: [])
+            guard call.more else { throw VarlinkError.expectedMore }
+            connection.stream = .monitor
+            monitors.append(connection.id)
+            return VarlinkReply(parameters: ["event": .string("monitoring")], continues: true)
+        case "Terminate":
+            let parameters = try Parameters(call.parameters, allowed: ["pid"])
+            let app = try managedApp(pid: try parameters.pid(), by: connection, register: false, at: now, effects: &effects)
+            try model.terminate(app, at: now, effects: &effects)
+            return VarlinkReply()
+        case "Reload":
+            _ = try Parameters(call.parameters, allowed: [])
+            let c = connection.credentials
+            guard access.isPrivileged(uid: c.uid, gid: c.gid, groups: c.groups) else { throw VarlinkError.permissionDenied }
+            if let error = reload() {
+                throw VarlinkError("io.bgtaskd.Manager.InvalidConfiguration", parameters: ["message": .string("\(error)")])
+            }
+            return VarlinkReply()
+        default:
+            throw VarlinkError.methodNotFound(call.method)
+        }
+    }
+}
+
+/// Task names end up in tables and logs: bounded, and free of control characters.
+enum TaskName {
+    static let maximumBytes = 256
+
+    static func validate(_ name: String) throws(VarlinkError) -> String {
+        guard name.utf8.count <= maximumBytes,
+              !name.unicodeScalars.contains(where: { $0.properties.generalCategory == .control || $0 == "\u{2028}" || $0 == "\u{2029}" })
+        else { throw .invalidParameter("name") }
+        return name
+    }
+}

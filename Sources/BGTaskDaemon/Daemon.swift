@@ -1,0 +1,398 @@
+import BGTaskCore
+import BGTaskSystem
+import Glibc
+import Varlink
+
+/// The running daemon: one sd-event loop, the model, the clients, and the processes it
+/// watches. Everything happens on the loop thread; nothing here blocks.
+public final class Daemon {
+    let options: DaemonOptions
+    let loop: EventLoop
+    var model: BackgroundModel
+    var access: AccessPolicy
+    let resolver = ProcessResolver()
+    var history = History(capacity: 1024)
+    let startedAt = Clock.monotonicNanoseconds()
+
+    let listener: FileDescriptor
+    let socketPath: String?
+    var sources: [EventSource] = []
+    var timer: EventSource!
+
+    var connections: [ConnectionID: Connection] = [:]
+    var connectionsPerUID: [UInt32: Int] = [:]
+    var nextConnectionID: UInt64 = 1
+
+    /// The processes the model asked to watch, each held by pidfd.
+    var watches: [ProcessIdentity: (pidfd: Pidfd, source: EventSource)] = [:]
+    /// Pidfds resolved for the call being handled, for `watch` effects to take.
+    var callPidfds: [ProcessIdentity: Pidfd] = [:]
+    /// Watched processes found already gone; fed to the model after the current effects.
+    var exitedProcesses: [ProcessIdentity] = []
+
+    var subscribers: [ProcessIdentity: [ConnectionID]] = [:]
+    var taskStreams: [TaskID: ConnectionID] = [:]
+    var monitors: [ConnectionID] = []
+    var lastStatus = ""
+
+    /// Sets up the loop on `listener` (bound or passed by systemd). Nothing runs until `run()`.
+    public init(options: DaemonOptions, configuration: Configuration, listener: FileDescriptor,
+                socketPath: String?) throws(Errno) {
+        self.options = options
+        self.listener = listener
+        self.socketPath = socketPath
+        self.loop = try EventLoop()
+        self.model = BackgroundModel(configuration: configuration, seed: randomSeed())
+        self.access = AccessPolicy(managerGID: Self.groupID(configuration.managerGroup))
+
+        try listener.setNonBlocking()
+        sources.append(try loop.addIO(listener.rawValue, events: IOEvents.readable) { [unowned self] _ in
+            self.acceptConnections()
+        })
+        timer = try loop.addTimer {}  // the post hook does the work
+        sources.append(try loop.addPost { [unowned self] in self.afterPass() })
+        sources.append(try loop.addSignal(SIGTERM) { [unowned self] in self.stop() })
+        sources.append(try loop.addSignal(SIGINT) { [unowned self] in self.stop() })
+        sources.append(try loop.addSignal(SIGHUP) { [unowned self] in _ = self.reload() })
+        signal(SIGPIPE, SIG_IGN)
+        loop.enableWatchdog()
+    }
+
+    /// Serves until `SIGTERM`/`SIGINT`; returns the exit status.
+    public func run() throws(Errno) -> Int32 {
+        log(.info, "bgtaskd \(InterfaceDescription.version) serving on \(socketPath ?? "the socket passed by systemd")")
+        ServiceNotify.send("READY=1\nSTATUS=\(statusLine())")
+        let code = try loop.run()
+        shutdown()
+        return code
+    }
+
+    var now: Instant { Instant(nanoseconds: loop.now) }
+
+    // MARK: Loop pass
+
+    /// After every dispatch: fire due timers, run their effects, arm the one timer at the
+    /// next deadline, and keep `STATUS=` current.
+    func afterPass() {
+        let now = self.now
+        var effects: [Effect] = []
+        model.advance(to: now, effects: &effects)
+        run(effects)
+        timer.arm(at: model.nextDeadline()?.nanoseconds)
+        let status = statusLine()
+        if status != lastStatus {
+            lastStatus = status
+            ServiceNotify.send("STATUS=\(status)")
+        }
+    }
+
+    func statusLine() -> String {
+        let apps = model.listApps(at: now)
+        let background = apps.filter { $0.state == .background }.count
+        let suspended = apps.filter { $0.state == .suspended }.count
+        return "\(apps.count) apps (\(background) background, \(suspended) suspended), \(model.taskCount) tasks"
+    }
+
+    func stop() {
+        ServiceNotify.send("STOPPING=1")
+        loop.exit(code: 0)
+    }
+
+    /// A daemon that stops must not leave processes stopped with nobody in charge.
+    func shutdown() {
+        for app in model.listApps(at: now) where app.state == .suspended {
+            if let watch = watches[app.identity] {
+                try? Enforcement.resume(watch.pidfd)
+                log(.notice, "App \(app.identity) (\(app.command)) resumed: bgtaskd is stopping")
+            }
+        }
+        for connection in connections.values { connection.close() }
+        connections.removeAll()
+        if let socketPath, SocketActivation.listeningSockets().isEmpty { unlink(socketPath) }
+    }
+
+    // MARK: Configuration
+
+    /// Re-reads the configuration; on error keeps the old one and says why.
+    func reload() -> ConfigurationError? {
+        ServiceNotify.send("RELOADING=1\nMONOTONIC_USEC=\(Clock.monotonicNanoseconds() / 1000)")
+        defer { ServiceNotify.send("READY=1\nSTATUS=\(statusLine())") }
+        do {
+            let configuration = try options.loadConfiguration()
+            model.reload(configuration)
+            access = AccessPolicy(managerGID: Self.groupID(configuration.managerGroup))
+            log(.info, "Configuration reloaded")
+            return nil
+        } catch {
+            log(.warning, "Configuration not reloaded, keeping the old one: \(error)")
+            return error
+        }
+    }
+
+    static func groupID(_ name: String) -> UInt32? {
+        guard !name.isEmpty else { return nil }
+        if let number = UInt32(name) { return number }
+        return getgrnam(name).map { $0.pointee.gr_gid }
+    }
+
+    // MARK: Connections
+
+    func acceptConnections() {
+        while true {
+            let socket: FileDescriptor
+            do {
+                guard let accepted = try UnixSocket.accept(listener) else { return }
+                socket = accepted
+            } catch {
+                log(.warning, "accept failed: \(error)")
+                return
+            }
+            guard let credentials = try? UnixSocket.peerCredentials(socket) else { continue }
+            let open = connectionsPerUID[credentials.uid, default: 0]
+            guard open < model.configuration.maxConnectionsPerUser else {
+                let error = BGTaskError.limitExceeded("MaxConnectionsPerUser=\(model.configuration.maxConnectionsPerUser) reached")
+                _ = try? socket.write(VarlinkReply(error: error.varlink).json.varlinkFrame)
+                continue
+            }
+            let pidfd = UnixSocket.peerPidfd(socket).flatMap { try? Pidfd.adopt($0) }
+            let id = ConnectionID(nextConnectionID)
+            nextConnectionID += 1
+            let connection = Connection(id: id, socket: socket, credentials: credentials, peerPidfd: pidfd,
+                                        maximumMessageBytes: model.configuration.maxMessageBytes)
+            do {
+                connection.source = try loop.addIO(socket.rawValue, events: IOEvents.readable) {
+                    [unowned self, unowned connection] events in
+                    self.handleIO(connection, events: events)
+                }
+            } catch {
+                log(.warning, "cannot watch a new connection: \(error)")
+                continue
+            }
+            connections[id] = connection
+            connectionsPerUID[credentials.uid, default: 0] += 1
+        }
+    }
+
+    func handleIO(_ connection: Connection, events: UInt32) {
+        if events & IOEvents.writable != 0, !connection.flush() {
+            return close(connection)
+        }
+        guard events & (IOEvents.readable | IOEvents.hangup | IOEvents.error) != 0 else { return }
+        do {
+            let bytes = try connection.socket.read(upTo: 65536)
+            if bytes.isEmpty { return close(connection) }
+            connection.framer.append(bytes)
+        } catch where error.code == EAGAIN {
+            return
+        } catch {
+            return close(connection)
+        }
+        processInput(connection)
+    }
+
+    /// Handles every complete call in order, stopping while a call streams.
+    func processInput(_ connection: Connection) {
+        while connection.stream == nil, !connection.isClosed {
+            let message: ArraySlice<UInt8>
+            do {
+                guard let next = try connection.framer.next() else { return }
+                message = next
+            } catch {
+                log(.notice, "Closing \(connection.id) (uid \(connection.credentials.uid)): message over MaxMessageBytes=\(error.limit)")
+                return close(connection)
+            }
+            let call: VarlinkCall
+            do {
+                call = try VarlinkCall(message: JSON.parse(message))
+            } catch {
+                // Not a Varlink call: the stream cannot be trusted past this point.
+                log(.notice, "Closing \(connection.id) (uid \(connection.credentials.uid)): \(error)")
+                return close(connection)
+            }
+            handle(call, on: connection)
+        }
+    }
+
+    func handle(_ call: VarlinkCall, on connection: Connection) {
+        let now = self.now
+        var effects: [Effect] = []
+        model.advance(to: now, effects: &effects)
+        let reply: VarlinkReply
+        do throws(VarlinkError) {
+            if call.upgrade { throw VarlinkError.methodNotImplemented(call.method) }
+            reply = try dispatch(call, on: connection, at: now, effects: &effects)
+        } catch {
+            reply = VarlinkReply(error: error)
+        }
+        run(effects)
+        callPidfds.removeAll()
+        if !call.oneway || reply.continues, !connection.send(reply) {
+            close(connection)
+        }
+    }
+
+    func close(_ connection: Connection) {
+        guard !connection.isClosed else { return }
+        connection.close()
+        connections[connection.id] = nil
+        connectionsPerUID[connection.credentials.uid, default: 1] -= 1
+        if connectionsPerUID[connection.credentials.uid] == 0 { connectionsPerUID[connection.credentials.uid] = nil }
+        var effects: [Effect] = []
+        switch connection.stream {
+        case let .subscription(app)?:
+            subscribers[app]?.removeAll { $0 == connection.id }
+            if subscribers[app]?.isEmpty == true { subscribers[app] = nil }
+            model.unsubscribe(app, at: now, effects: &effects)
+        case let .task(id)?:
+            taskStreams[id] = nil
+        case .monitor?:
+            monitors.removeAll { $0 == connection.id }
+        case nil:
+            break
+        }
+        model.connectionClosed(connection.id, at: now, effects: &effects)
+        run(effects)
+    }
+
+    /// Ends a connection's stream and lets its queued calls through.
+    func endStream(of connection: Connection) {
+        connection.stream = nil
+        processInput(connection)
+    }
+
+    // MARK: Effects
+
+    /// Carries out the model's effects in order, then feeds it any exits found meanwhile.
+    func run(_ effects: [Effect]) {
+        for effect in effects {
+            switch effect {
+            case let .lifecycle(app, event):
+                let parameters = Wire.event(event)
+                for id in subscribers[app] ?? [] {
+                    if let connection = connections[id] { send(VarlinkReply(parameters: parameters, continues: true), to: connection) }
+                }
+                var monitored = parameters
+                monitored["pid"] = .int(Int64(app.pid))
+                broadcast(monitored, uid: model.snapshot(of: app, at: now)?.uid)
+            case let .taskChanged(task):
+                if task.state != .pending, let id = taskStreams[task.id], let connection = connections[id] {
+                    let ended = !task.state.isActive
+                    if ended { taskStreams[task.id] = nil }
+                    send(VarlinkReply(parameters: Wire.taskState(task), continues: !ended), to: connection)
+                    if ended, !connection.isClosed { endStream(of: connection) }
+                }
+                broadcast(["event": .string("taskChanged"), "task": Wire.task(task)], uid: task.uid)
+            case let .act(record, signal):
+                enforce(record, signal: signal)
+                let entry = HistoryEntry(realtimeNanoseconds: Clock.realtimeNanoseconds(), record: record)
+                history.append(entry)
+                broadcast(["event": .string(record.action.rawValue), "entry": Wire.historyEntry(entry)], uid: record.uid)
+            case let .kill(process):
+                if let watch = watches[process] {
+                    log(.warning, "App \(process) still alive after the terminate grace; sending SIGKILL")
+                    try? Enforcement.kill(watch.pidfd)
+                }
+            case let .watch(process):
+                watch(process)
+            case let .unwatch(process):
+                watches[process] = nil
+            case let .log(entry):
+                log(entry)
+            }
+        }
+        while !exitedProcesses.isEmpty {
+            let process = exitedProcesses.removeFirst()
+            var more: [Effect] = []
+            model.processExited(process, at: now, effects: &more)
+            run(more)
+        }
+    }
+
+    func send(_ reply: VarlinkReply, to connection: Connection) {
+        if !connection.send(reply) { close(connection) }
+    }
+
+    /// Sends a monitor event to every monitor allowed to see an app of `uid`.
+    func broadcast(_ parameters: [String: JSON], uid: UInt32?) {
+        guard !monitors.isEmpty else { return }
+        for id in monitors {
+            guard let connection = connections[id] else { continue }
+            let credentials = connection.credentials
+            if let uid, !access.mayManage(appUID: uid, uid: credentials.uid, gid: credentials.gid, groups: credentials.groups) {
+                continue
+            }
+            send(VarlinkReply(parameters: parameters, continues: true), to: connection)
+        }
+    }
+
+    /// Starts watching `process` through a pidfd: the one resolved for this call, else a new
+    /// one checked against the start time. A process already gone is reported as exited.
+    func watch(_ process: ProcessIdentity) {
+        guard watches[process] == nil else { return }
+        var pidfd = callPidfds[process]
+        if pidfd == nil, let opened = try? Pidfd.open(pid: process.pid), opened.startTime == process.startTime {
+            pidfd = opened
+        }
+        guard let pidfd, !pidfd.hasExited,
+              let source = try? loop.addIO(pidfd.descriptor.rawValue, events: IOEvents.readable, { [unowned self] _ in
+                  self.processExited(process)
+              }) else {
+            exitedProcesses.append(process)
+            return
+        }
+        watches[process] = (pidfd, source)
+    }
+
+    func processExited(_ process: ProcessIdentity) {
+        watches[process] = nil
+        var effects: [Effect] = []
+        model.processExited(process, at: now, effects: &effects)
+        run(effects)
+    }
+
+    /// Suspends, resumes or terminates the app's process through its pidfd.
+    func enforce(_ record: AppActionRecord, signal: TerminateSignal?) {
+        guard let pidfd = watches[record.app]?.pidfd else {
+            log(.warning, "App \(record.app) (\(record.command)) cannot be \(record.action.rawValue): not watched")
+            return
+        }
+        do {
+            switch record.action {
+            case .suspended: try Enforcement.suspend(pidfd)
+            case .resumed: try Enforcement.resume(pidfd)
+            case .terminated: try Enforcement.terminate(pidfd, signal: signal?.number ?? SIGKILL)
+            }
+        } catch where error.code == ESRCH {
+            // Gone already; its pidfd will report the exit.
+        } catch {
+            log(.warning, "App \(record.app) (\(record.command)) could not be \(record.action.rawValue): \(error)")
+        }
+    }
+
+    // MARK: Logging
+
+    func log(_ entry: LogEntry) {
+        var fields: [(String, String)] = [("BGTASKD_EVENT", entry.kind.rawValue),
+                                          ("MESSAGE_ID", LogMessageID.id(for: entry.kind))]
+        if let app = entry.app { fields.append(("BGTASKD_PID", String(app.pid))) }
+        if let command = entry.command { fields.append(("BGTASKD_COMMAND", command)) }
+        if let id = entry.taskID { fields.append(("BGTASKD_TASK_ID", String(id))) }
+        if let name = entry.taskName { fields.append(("BGTASKD_TASK_NAME", name)) }
+        if let reason = entry.reason { fields.append(("BGTASKD_REASON", reason)) }
+        Journal.log(priority: entry.priority.rawValue, message: entry.message, fields: fields)
+    }
+
+    func log(_ priority: LogEntry.Priority, _ message: String) {
+        Journal.log(priority: priority.rawValue, message: message)
+    }
+}
+
+/// Journal `MESSAGE_ID`s, one per kind of event, so `journalctl MESSAGE_ID=...` finds them.
+enum LogMessageID {
+    static func id(for kind: LogKind) -> String {
+        // A fixed 128-bit prefix with the kind's index in the last byte.
+        let index = LogKind.allCases.firstIndex(of: kind)!
+        let hex = String(index + 1, radix: 16)
+        return "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a" + String(repeating: "0", count: 2 - hex.count) + hex
+    }
+}

@@ -1,0 +1,101 @@
+import BGTaskCore
+import BGTaskSystem
+import Glibc
+
+/// `bgtaskd [--config FILE] [--socket PATH] [--set KEY=VALUE]... [--check-config] [--version]`
+public struct DaemonOptions: Sendable {
+    public var configFile: String?
+    public var socketPath: String?
+    public var assignments: [String] = []
+    public var checkConfig = false
+    public var showVersion = false
+
+    /// The system socket, used when neither `--socket` nor socket activation gives one.
+    public static let systemSocketPath = "/run/bgtaskd/io.bgtaskd"
+    public static let systemConfigFile = "/etc/bgtaskd/bgtaskd.conf"
+
+    public static let usage = """
+    Usage: bgtaskd [--config FILE] [--socket PATH] [--set KEY=VALUE]... [--check-config] [--version]
+
+    Grants background tasks to Linux processes the way iOS does, over Varlink.
+
+      --config FILE      read FILE (and FILE.d/*.conf) instead of \(systemConfigFile)
+      --socket PATH      listen on PATH (default: systemd's socket, else \(systemSocketPath))
+      --set KEY=VALUE    override one configuration key, e.g. --set BackgroundTimeSec=500ms
+      --check-config     print the effective configuration and exit (non-zero if invalid)
+      --version          print the version and exit
+    """
+
+    public struct UsageError: Error, CustomStringConvertible {
+        public var description: String
+    }
+
+    public init() {}
+
+    public static func parse(_ arguments: [String]) throws(UsageError) -> DaemonOptions {
+        var options = DaemonOptions()
+        var rest = arguments[...]
+        func value(_ flag: String) throws(UsageError) -> String {
+            guard let value = rest.popFirst() else { throw UsageError(description: "\(flag) needs a value") }
+            return value
+        }
+        while let argument = rest.popFirst() {
+            // Accept --flag=value too.
+            if argument.hasPrefix("--"), let equals = argument.firstIndex(of: "="),
+               ["--config", "--socket", "--set"].contains(String(argument[..<equals])) {
+                rest.insert(String(argument[argument.index(after: equals)...]), at: rest.startIndex)
+                rest.insert(String(argument[..<equals]), at: rest.startIndex)
+                continue
+            }
+            switch argument {
+            case "--config": options.configFile = try value(argument)
+            case "--socket": options.socketPath = try value(argument)
+            case "--set": options.assignments.append(try value(argument))
+            case "--check-config": options.checkConfig = true
+            case "--version": options.showVersion = true
+            case "-h", "--help": throw UsageError(description: usage)
+            default: throw UsageError(description: "unknown argument '\(argument)'\n\n\(usage)")
+            }
+        }
+        return options
+    }
+
+    /// Loads the configuration in DESIGN.md §4 order: defaults, the main file, its drop-ins
+    /// (lexical order), then `--set`. Missing files are fine; unreadable or bad ones are not.
+    public func loadConfiguration() throws(ConfigurationError) -> Configuration {
+        var configuration = Configuration()
+        let main = configFile ?? Self.systemConfigFile
+        for path in [main] + Self.dropIns(of: main) {
+            let bytes: [UInt8]
+            do {
+                bytes = try readFile(path)
+            } catch {
+                if error.code == ENOENT, path == main { continue }
+                throw ConfigurationError(source: path, line: 0, message: "\(error)")
+            }
+            guard let text = String(validating: bytes, as: UTF8.self) else {
+                throw ConfigurationError(source: path, line: 0, message: "not valid UTF-8")
+            }
+            try configuration.apply(fileText: text, source: path)
+        }
+        for assignment in assignments {
+            try configuration.apply(assignment: assignment)
+        }
+        return configuration
+    }
+
+    /// `FILE.d/*.conf`, sorted.
+    static func dropIns(of file: String) -> [String] {
+        let directory = file + ".d"
+        guard let dir = opendir(directory) else { return [] }
+        defer { closedir(dir) }
+        var names: [String] = []
+        while let entry = readdir(dir) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            if name.hasSuffix(".conf"), !name.hasPrefix(".") { names.append(name) }
+        }
+        return names.sorted().map { "\(directory)/\($0)" }
+    }
+}

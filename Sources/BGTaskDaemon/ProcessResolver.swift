@@ -1,0 +1,72 @@
+import BGTaskCore
+import BGTaskSystem
+import Glibc
+
+/// Turns a calling or named process into a `ProcessDescription` the model can use, holding
+/// a pidfd for it. Refuses pid 1, the daemon itself and kernel threads (rule 1).
+struct ProcessResolver {
+    let ownPID = getpid()
+    /// Ancestor walks stop here; real trees are far shallower.
+    static let maximumDepth = 128
+
+    /// A resolved process and the pidfd that proves its identity.
+    struct Resolved {
+        var description: ProcessDescription
+        var pidfd: Pidfd
+    }
+
+    /// The peer of `connection`, by `SO_PEERPIDFD` (or, on kernels without it, by the pid
+    /// from `SO_PEERCRED` checked against its start time).
+    func resolvePeer(of connection: Connection) throws(BGTaskError) -> Resolved {
+        let pidfd: Pidfd
+        if let peer = connection.peerPidfd {
+            pidfd = peer
+        } else {
+            do { pidfd = try Pidfd.open(pid: connection.credentials.pid) } catch { throw refusal(connection.credentials.pid, error) }
+        }
+        return try describe(pidfd, uid: connection.credentials.uid)
+    }
+
+    /// The process with `pid`, named by a manager.
+    func resolve(pid: Int32) throws(BGTaskError) -> Resolved {
+        guard pid > 1 else { throw .invalidParameter("pid \(pid) cannot be managed") }
+        let pidfd: Pidfd
+        do { pidfd = try Pidfd.open(pid: pid) } catch { throw refusal(pid, error) }
+        let uid: UInt32
+        do { uid = try ProcStatus.effectiveUID(pid: pid) } catch { throw refusal(pid, error) }
+        return try describe(pidfd, uid: uid)
+    }
+
+    private func refusal(_ pid: Int32, _ error: Errno) -> BGTaskError {
+        error.code == ESRCH || error.code == ENOENT ? .noSuchApp(pid) : .invalidParameter("pid \(pid): \(error)")
+    }
+
+    private func describe(_ pidfd: Pidfd, uid: UInt32) throws(BGTaskError) -> Resolved {
+        let pid = pidfd.pid
+        guard pid > 1 else { throw .invalidParameter("pid \(pid) cannot be managed") }
+        guard pid != ownPID else { throw .invalidParameter("pid \(pid) is bgtaskd itself") }
+        let stat: ProcStat
+        do { stat = try ProcStat.read(pid: pid) } catch { throw refusal(pid, error) }
+        guard stat.startTime == pidfd.startTime else { throw .noSuchApp(pid) }
+        guard !stat.isKernelThread else {
+            throw .invalidParameter("pid \(pid) is a kernel thread")
+        }
+        let identity = ProcessIdentity(pid: pid, startTime: stat.startTime)
+        let description = ProcessDescription(identity: identity, uid: uid, command: stat.command,
+                                             ancestors: ancestors(of: stat))
+        return Resolved(description: description, pidfd: pidfd)
+    }
+
+    /// Parent first, up to (not including) pid 1. A parent that started after its child is
+    /// a recycled pid read mid-race; the walk stops there.
+    func ancestors(of stat: ProcStat) -> [ProcessIdentity] {
+        var result: [ProcessIdentity] = []
+        var current = stat
+        while current.parentPID > 1, result.count < Self.maximumDepth,
+              let parent = try? ProcStat.read(pid: current.parentPID), parent.startTime <= current.startTime {
+            result.append(ProcessIdentity(pid: parent.pid, startTime: parent.startTime))
+            current = parent
+        }
+        return result
+    }
+}

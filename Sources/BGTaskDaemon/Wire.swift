@@ -1,0 +1,143 @@
+import BGTaskCore
+import Glibc
+import Varlink
+
+/// How model values look on the wire (io.bgtaskd.varlink). Times are seconds as floats.
+enum Wire {
+    static func seconds(_ duration: Duration?) -> JSON {
+        duration.map { .double(($0.seconds * 1e6).rounded() / 1e6) } ?? .null
+    }
+
+    static func app(_ app: AppSnapshot) -> JSON {
+        .object([
+            "pid": .int(Int64(app.identity.pid)), "uid": .int(Int64(app.uid)), "command": .string(app.command),
+            "state": .string(app.state.rawValue), "phase": app.phase.map { .string($0.rawValue) } ?? .null,
+            "tasks": .int(Int64(app.taskCount)), "backgroundTimeRemaining": seconds(app.backgroundTimeRemaining),
+            "subscribed": .bool(app.subscribed),
+        ])
+    }
+
+    static func task(_ task: TaskSnapshot) -> JSON {
+        var object: [String: JSON] = [
+            "id": .int(Int64(task.id)), "pid": .int(Int64(task.owner.pid)), "appPid": .int(Int64(task.app.pid)),
+            "uid": .int(Int64(task.uid)), "name": .string(task.name), "state": .string(task.state.rawValue),
+            "age": seconds(task.age), "expirationHandler": .bool(task.expirationHandler),
+        ]
+        if let reason = task.reason { object["reason"] = .string(reason.rawValue) }
+        return .object(object)
+    }
+
+    /// A task's `more` stream reply.
+    static func taskState(_ task: TaskSnapshot) -> [String: JSON] {
+        var object: [String: JSON] = ["taskId": .int(Int64(task.id)), "state": .string(task.state.rawValue)]
+        if let reason = task.reason { object["reason"] = .string(reason.rawValue) }
+        return object
+    }
+
+    static func event(_ event: LifecycleEvent) -> [String: JSON] {
+        var object: [String: JSON] = ["event": .string(event.name)]
+        switch event {
+        case let .didEnterBackground(transitionTimeout, remaining):
+            object["transitionTimeout"] = seconds(transitionTimeout)
+            object["backgroundTimeRemaining"] = seconds(remaining)
+        case .willEnterForeground:
+            break
+        case let .taskGranted(id):
+            object["taskId"] = .int(Int64(id))
+        case let .taskDenied(id, reason):
+            object["taskId"] = .int(Int64(id))
+            object["reason"] = .string(reason.rawValue)
+        case let .taskExpiring(ids, remaining):
+            object["taskIds"] = .array(ids.map { .int(Int64($0)) })
+            object["backgroundTimeRemaining"] = seconds(remaining)
+        case let .taskExpired(ids):
+            object["taskIds"] = .array(ids.map { .int(Int64($0)) })
+        }
+        return object
+    }
+
+    static func historyEntry(_ entry: HistoryEntry) -> JSON {
+        let record = entry.record
+        return .object([
+            "time": .string(rfc3339(entry.realtimeNanoseconds)), "pid": .int(Int64(record.app.pid)),
+            "uid": .int(Int64(record.uid)), "command": .string(record.command),
+            "action": .string(record.action.rawValue), "reason": .string(record.reason.rawValue),
+            "tasks": .array(record.taskNames.map { .string($0) }),
+        ])
+    }
+
+    /// `2026-11-29T13:45:01.123Z`
+    static func rfc3339(_ nanoseconds: Int64) -> String {
+        var seconds = time_t(nanoseconds / 1_000_000_000)
+        var parts = tm()
+        gmtime_r(&seconds, &parts)
+        func pad(_ value: Int32, _ width: Int) -> String {
+            let text = String(value)
+            return String(repeating: "0", count: max(0, width - text.count)) + text
+        }
+        let millis = Int32((nanoseconds % 1_000_000_000) / 1_000_000)
+        return "\(pad(parts.tm_year + 1900, 4))-\(pad(parts.tm_mon + 1, 2))-\(pad(parts.tm_mday, 2))T"
+            + "\(pad(parts.tm_hour, 2)):\(pad(parts.tm_min, 2)):\(pad(parts.tm_sec, 2)).\(pad(millis, 3))Z"
+    }
+}
+
+/// A call's parameters, checked: unknown names and wrong types are `InvalidParameter`.
+struct Parameters {
+    let values: [String: JSON]
+
+    init(_ values: [String: JSON], allowed: Set<String>) throws(VarlinkError) {
+        if let unknown = values.keys.sorted().first(where: { !allowed.contains($0) }) {
+            throw .invalidParameter(unknown)
+        }
+        self.values = values
+    }
+
+    func int(_ name: String) throws(VarlinkError) -> Int64 {
+        guard let value = values[name]?.intValue else { throw .invalidParameter(name) }
+        return value
+    }
+
+    func optionalInt(_ name: String) throws(VarlinkError) -> Int64? {
+        guard let value = values[name], !value.isNull else { return nil }
+        guard let int = value.intValue else { throw .invalidParameter(name) }
+        return int
+    }
+
+    func string(_ name: String) throws(VarlinkError) -> String {
+        guard let value = values[name]?.stringValue else { throw .invalidParameter(name) }
+        return value
+    }
+
+    func optionalString(_ name: String) throws(VarlinkError) -> String? {
+        guard let value = values[name], !value.isNull else { return nil }
+        guard let string = value.stringValue else { throw .invalidParameter(name) }
+        return string
+    }
+
+    func optionalBool(_ name: String) throws(VarlinkError) -> Bool? {
+        guard let value = values[name], !value.isNull else { return nil }
+        guard let bool = value.boolValue else { throw .invalidParameter(name) }
+        return bool
+    }
+
+    /// A pid parameter: a positive 32-bit integer.
+    func pid(_ name: String = "pid") throws(VarlinkError) -> Int32 {
+        let value = try int(name)
+        guard value > 0, value <= Int64(Int32.max) else { throw .invalidParameter(name) }
+        return Int32(value)
+    }
+}
+
+extension BGTaskError {
+    /// The error as a Varlink reply error, with its parameters.
+    var varlink: VarlinkError {
+        switch self {
+        case let .noSuchTask(id): VarlinkError(varlinkName, parameters: ["taskId": .int(Int64(id))])
+        case .noBackgroundTime: VarlinkError(varlinkName)
+        case let .limitExceeded(limit): VarlinkError(varlinkName, parameters: ["limit": .string(limit)])
+        case let .noSuchApp(pid): VarlinkError(varlinkName, parameters: ["pid": .int(Int64(pid))])
+        case let .invalidParameter(what): VarlinkError(varlinkName, parameters: ["parameter": .string(what)])
+        case .permissionDenied: VarlinkError(varlinkName)
+        }
+    }
+}

@@ -1,0 +1,84 @@
+import Glibc
+
+/// An owned file descriptor, closed when the last reference goes away.
+public final class FileDescriptor: @unchecked Sendable {
+    /// The descriptor number; -1 once closed.
+    public private(set) var rawValue: Int32
+
+    /// Takes ownership of `rawValue`.
+    public init(_ rawValue: Int32) { self.rawValue = rawValue }
+
+    deinit { close() }
+
+    /// Closes the descriptor now (idempotent).
+    public func close() {
+        if rawValue >= 0 { _ = Glibc.close(rawValue) }
+        rawValue = -1
+    }
+
+    /// Reads up to `count` bytes; an empty result means end of file. Throws `EAGAIN` as an
+    /// `Errno` on a non-blocking descriptor with nothing to read.
+    public func read(upTo count: Int) throws(Errno) -> [UInt8] {
+        let fd = rawValue
+        let bytes = try [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized throws(Errno) in
+            let n = try systemCall("read") { Glibc.read(fd, buffer.baseAddress, count) }
+            initialized = n
+        }
+        return bytes
+    }
+
+    /// Writes as much of `bytes` as the descriptor takes now; returns how much.
+    public func write<Bytes: Collection<UInt8>>(_ bytes: Bytes) throws(Errno) -> Int {
+        let fd = rawValue
+        let written: Int? = bytes.withContiguousStorageIfAvailable { buffer in
+            while true {
+                let n = Glibc.send(fd, buffer.baseAddress, buffer.count, Int32(MSG_NOSIGNAL))
+                if n < 0, errno == EINTR { continue }
+                if n < 0, errno == ENOTSOCK { return Glibc.write(fd, buffer.baseAddress, buffer.count) }
+                return n
+            }
+        }
+        if let written {
+            if written < 0 { throw Errno.current("write") }
+            return written
+        }
+        return try write(Array(bytes))
+    }
+
+    /// Writes all of `bytes`, blocking as needed.
+    public func writeAll<Bytes: Collection<UInt8>>(_ bytes: Bytes) throws(Errno) {
+        var rest = Array(bytes)[...]
+        while !rest.isEmpty {
+            let n = try write(rest)
+            rest = rest.dropFirst(n)
+        }
+    }
+
+    /// Sets or clears `O_NONBLOCK`.
+    public func setNonBlocking(_ on: Bool = true) throws(Errno) {
+        let fd = rawValue
+        let flags = try systemCall("fcntl(F_GETFL)") { fcntl(fd, F_GETFL) }
+        try systemCall("fcntl(F_SETFL)") { fcntl(fd, F_SETFL, on ? flags | O_NONBLOCK : flags & ~O_NONBLOCK) }
+    }
+
+    /// Waits until the descriptor is readable (or `timeoutMilliseconds` pass; -1 waits forever).
+    /// Returns whether it became readable.
+    public func waitReadable(timeoutMilliseconds: Int32) throws(Errno) -> Bool {
+        var entry = pollfd(fd: rawValue, events: Int16(POLLIN), revents: 0)
+        let n = try systemCall("poll") { poll(&entry, 1, timeoutMilliseconds) }
+        return n > 0
+    }
+}
+
+/// Reads a whole (small) file such as `/proc/PID/stat`.
+public func readFile(_ path: String, limit: Int = 1 << 20) throws(Errno) -> [UInt8] {
+    let fd = try systemCall("open(\(path))") { open(path, O_RDONLY | O_CLOEXEC) }
+    let file = FileDescriptor(fd)
+    var out: [UInt8] = []
+    while out.count < limit {
+        let chunk = try file.read(upTo: 4096)
+        if chunk.isEmpty { break }
+        out += chunk
+    }
+    return out
+}

@@ -1,0 +1,58 @@
+import CSystemd
+import Glibc
+
+/// A process held by pidfd: signals sent through it can never reach a recycled pid.
+public final class Pidfd: @unchecked Sendable {
+    /// The pidfd; readable once the process has exited.
+    public let descriptor: FileDescriptor
+    /// The pid the pidfd refers to.
+    public let pid: Int32
+    /// The process's start time (clock ticks after boot), read while the pidfd was held.
+    public let startTime: UInt64
+
+    private init(descriptor: FileDescriptor, pid: Int32, startTime: UInt64) {
+        self.descriptor = descriptor
+        self.pid = pid
+        self.startTime = startTime
+    }
+
+    /// Opens a pidfd for `pid` and reads its start time. `ESRCH` if there is no such process.
+    /// pid 0, negative pids and pid 1 are refused with `EPERM` before any system call.
+    /// `pidfd_open(2)`
+    public static func open(pid: Int32) throws(Errno) -> Pidfd {
+        guard pid > 1 else { throw Errno(EPERM, "pidfd_open(\(pid)): refusing pid \(pid)") }
+        let fd = try systemCall("pidfd_open(\(pid))") { pidfd_open(pid, 0) }
+        return try adopt(FileDescriptor(fd), pid: pid)
+    }
+
+    /// Takes a pidfd received from the kernel (e.g. `SO_PEERPIDFD`); its pid comes from
+    /// `/proc/self/fdinfo`.
+    public static func adopt(_ descriptor: FileDescriptor) throws(Errno) -> Pidfd {
+        let text = String(decoding: try readFile("/proc/self/fdinfo/\(descriptor.rawValue)"), as: UTF8.self)
+        guard let line = text.split(separator: "\n").first(where: { $0.hasPrefix("Pid:") }),
+              let pid = Int32(line.dropFirst(4).filter { $0 != " " && $0 != "\t" }) else {
+            throw Errno(EINVAL, "fdinfo of pidfd \(descriptor.rawValue)")
+        }
+        guard pid > 0 else { throw Errno(ESRCH, "pidfd \(descriptor.rawValue): process has exited") }
+        return try adopt(descriptor, pid: pid)
+    }
+
+    private static func adopt(_ descriptor: FileDescriptor, pid: Int32) throws(Errno) -> Pidfd {
+        let stat = try ProcStat.read(pid: pid)
+        let pidfd = Pidfd(descriptor: descriptor, pid: pid, startTime: stat.startTime)
+        // If the process is still alive now, /proc/PID was it (its pid cannot have been reused).
+        guard !pidfd.hasExited else { throw Errno(ESRCH, "pid \(pid) exited") }
+        return pidfd
+    }
+
+    /// Whether the process has exited (the pidfd polls readable).
+    public var hasExited: Bool {
+        (try? descriptor.waitReadable(timeoutMilliseconds: 0)) ?? true
+    }
+
+    /// Sends `signal` to the process. `pidfd_send_signal(2)`
+    public func send(signal: Int32) throws(Errno) {
+        let fd = descriptor.rawValue
+        try systemCall("pidfd_send_signal(\(pid), \(signal))") { pidfd_send_signal(fd, signal, nil, 0) }
+    }
+}

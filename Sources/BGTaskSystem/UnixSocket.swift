@@ -1,0 +1,110 @@
+import CSystemd
+import Glibc
+
+/// What the kernel says about the process at the other end of a Unix socket.
+public struct PeerCredentials: Sendable {
+    /// `SO_PEERCRED`: pid, effective uid and gid at `connect()` time.
+    public var pid: Int32
+    public var uid: UInt32
+    public var gid: UInt32
+    /// `SO_PEERGROUPS`: supplementary groups.
+    public var groups: [UInt32]
+}
+
+/// `AF_UNIX` stream sockets: listen, connect, accept, and peer credentials.
+public enum UnixSocket {
+    /// Longest path a `sockaddr_un` holds (without its NUL).
+    public static let maximumPathLength = 107
+
+    private static func withAddress<T>(_ path: String, _ body: (UnsafePointer<sockaddr>, socklen_t) -> T) throws(Errno) -> T {
+        let bytes = Array(path.utf8)
+        guard !bytes.isEmpty, bytes.count <= maximumPathLength else {
+            throw Errno(ENAMETOOLONG, "socket path '\(path)' (at most \(maximumPathLength) bytes)")
+        }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            raw.copyBytes(from: bytes)
+            raw[bytes.count] = 0
+        }
+        return withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                body($0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
+        }
+    }
+
+    /// A new non-blocking, close-on-exec listening socket bound at `path`, mode 0666 (access
+    /// is decided per call from peer credentials, not by the file mode).
+    public static func listen(path: String, backlog: Int32 = 4096) throws(Errno) -> FileDescriptor {
+        let fd = FileDescriptor(try systemCall("socket") {
+            socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        })
+        let raw = fd.rawValue
+        let bound = try withAddress(path) { address, length in bind(raw, address, length) }
+        if bound < 0 { throw Errno.current("bind(\(path))") }
+        try systemCall("chmod(\(path))") { chmod(path, 0o666) }
+        try systemCall("listen(\(path))") { Glibc.listen(raw, backlog) }
+        return fd
+    }
+
+    /// A blocking, close-on-exec connection to `path`.
+    public static func connect(path: String) throws(Errno) -> FileDescriptor {
+        let fd = FileDescriptor(try systemCall("socket") {
+            socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        })
+        let raw = fd.rawValue
+        while true {
+            let result = try withAddress(path) { address, length in Glibc.connect(raw, address, length) }
+            if result == 0 { return fd }
+            if errno == EINTR { continue }
+            throw Errno.current("connect(\(path))")
+        }
+    }
+
+    /// Accepts one connection, non-blocking and close-on-exec; `nil` when none is waiting.
+    public static func accept(_ listener: FileDescriptor) throws(Errno) -> FileDescriptor? {
+        while true {
+            let fd = accept4(listener.rawValue, nil, nil, Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue))
+            if fd >= 0 { return FileDescriptor(fd) }
+            switch errno {
+            case EINTR, ECONNABORTED: continue
+            case EAGAIN: return nil
+            default: throw Errno.current("accept4")
+            }
+        }
+    }
+
+    /// The peer's credentials. `getsockopt(SO_PEERCRED, SO_PEERGROUPS)`
+    public static func peerCredentials(_ socket: FileDescriptor) throws(Errno) -> PeerCredentials {
+        var cred = bgtask_ucred()
+        try systemCall("getsockopt(SO_PEERCRED)") { bgtask_peer_credentials(socket.rawValue, &cred) }
+        var groups = [gid_t](repeating: 0, count: 64)
+        var groupLength = socklen_t(groups.count * MemoryLayout<gid_t>.size)
+        if getsockopt(socket.rawValue, SOL_SOCKET, SO_PEERGROUPS, &groups, &groupLength) < 0 {
+            if errno == ERANGE {
+                groups = [gid_t](repeating: 0, count: Int(groupLength) / MemoryLayout<gid_t>.size)
+                try systemCall("getsockopt(SO_PEERGROUPS)") {
+                    getsockopt(socket.rawValue, SOL_SOCKET, SO_PEERGROUPS, &groups, &groupLength)
+                }
+            } else {
+                groupLength = 0
+            }
+        }
+        return PeerCredentials(pid: cred.pid, uid: cred.uid, gid: cred.gid,
+                               groups: Array(groups.prefix(Int(groupLength) / MemoryLayout<gid_t>.size)))
+    }
+
+    /// The peer's pidfd from `SO_PEERPIDFD` (Linux 6.5+); `nil` where the kernel lacks it.
+    public static func peerPidfd(_ socket: FileDescriptor) -> FileDescriptor? {
+        var fd: Int32 = -1
+        var length = socklen_t(MemoryLayout<Int32>.size)
+        guard getsockopt(socket.rawValue, SOL_SOCKET, SO_PEERPIDFD, &fd, &length) == 0, fd >= 0 else { return nil }
+        return FileDescriptor(fd)
+    }
+
+    /// Whether something accepts connections at `path` now.
+    public static func isAnswering(path: String) -> Bool {
+        (try? connect(path: path)) != nil
+    }
+}
