@@ -1,1 +1,55 @@
-print("todo")
+import BGTaskClient
+import Glibc
+
+/// `bgtaskctl [--socket PATH] [--json] [--no-legend] VERB [ARGS...]`
+let verbs: [String: (Context, [String]) throws -> Void] = [
+    "status": StatusVerb.run, "apps": AppsVerb.run, "tasks": TasksVerb.run, "history": HistoryVerb.run,
+    "background": StateVerb.background, "foreground": StateVerb.foreground, "terminate": TerminateVerb.run,
+    "monitor": MonitorVerb.run, "reload": ReloadVerb.run,
+]
+
+var arguments = Array(CommandLine.arguments.dropFirst())[...]
+var context = Context()
+do {
+    while let first = arguments.first, first.hasPrefix("-") {
+        arguments.removeFirst()
+        switch first {
+        case "--json": context.json = true
+        case "--no-legend": context.legend = false
+        case "--socket":
+            guard let path = arguments.popFirst() else { throw UsageError("--socket needs a path") }
+            context.socketPath = path
+        case let flag where flag.hasPrefix("--socket="): context.socketPath = String(flag.dropFirst("--socket=".count))
+        case "-h", "--help": print(Context.usage); exit(0)
+        case "--version": print("bgtaskctl 0.1.0"); exit(0)
+        default: throw UsageError("unknown option '\(first)'")
+        }
+    }
+    guard let verb = arguments.popFirst() else { throw UsageError("no verb given") }
+    guard let run = verbs[verb] else { throw UsageError("unknown verb '\(verb)'") }
+    try run(context, Array(arguments))
+    exit(0)
+} catch let error as UsageError {
+    printError("bgtaskctl: \(error.message)\n\n\(Context.usage)")
+    exit(2)
+} catch let error as ClientError {
+    printError("bgtaskctl: \(explain(error))")
+    exit(1)
+} catch {
+    printError("bgtaskctl: \(error)")
+    exit(1)
+}
+
+/// A sentence for the errors people meet; the raw Varlink error otherwise.
+func explain(_ error: ClientError) -> String {
+    guard let varlink = error.varlinkError else { return error.message }
+    let parameter = { (key: String) in varlink.parameters[key]?.cell ?? "?" }
+    switch varlink.name {
+    case "io.bgtaskd.Manager.NoSuchApp": return "no app contains pid \(parameter("pid"))"
+    case "org.varlink.service.PermissionDenied": return "permission denied: the app belongs to another user"
+    case "org.varlink.service.InvalidParameter": return "invalid parameter: \(parameter("parameter"))"
+    case "io.bgtaskd.Manager.InvalidConfiguration": return "configuration not reloaded: \(parameter("message"))"
+    case "io.bgtaskd.App.LimitExceeded": return "limit reached: \(parameter("limit"))"
+    default: return error.message
+    }
+}

@@ -1,0 +1,136 @@
+import BGTaskSystem
+import Glibc
+import Varlink
+
+/// An error from talking to bgtaskd: a code callers can switch on (new codes may be added),
+/// and a sentence for people.
+public struct ClientError: Error, Equatable, Sendable, CustomStringConvertible {
+    /// What kind of failure; compare with the static members.
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        public let rawValue: String
+        public init(_ rawValue: String) { self.rawValue = rawValue }
+        /// The daemon could not be reached.
+        public static let notConnected = Code("notConnected")
+        /// The connection broke or the daemon sent something that is not Varlink.
+        public static let protocolError = Code("protocolError")
+        /// The daemon answered with a Varlink error (see `varlinkError`).
+        public static let callFailed = Code("callFailed")
+        /// No answer within the time allowed.
+        public static let timedOut = Code("timedOut")
+        public var description: String { rawValue }
+    }
+
+    public var code: Code
+    public var message: String
+    /// The Varlink error name and parameters, for `callFailed`.
+    public var varlinkError: VarlinkError?
+
+    public init(_ code: Code, _ message: String, varlinkError: VarlinkError? = nil) {
+        self.code = code
+        self.message = message
+        self.varlinkError = varlinkError
+    }
+
+    public var description: String { message }
+}
+
+/// Where clients find the daemon: `--socket PATH`, else `$BGTASKD_SOCKET`, else the system socket.
+public enum DaemonSocket {
+    public static let systemPath = "/run/bgtaskd/io.bgtaskd"
+
+    public static func path(explicit: String? = nil) -> String {
+        if let explicit { return explicit }
+        if let value = getenv("BGTASKD_SOCKET"), value.pointee != 0 { return String(cString: value) }
+        return systemPath
+    }
+}
+
+/// A blocking Varlink connection: one call at a time, or one stream followed reply by reply.
+public final class VarlinkConnection {
+    public let path: String
+    let socket: FileDescriptor
+    var framer = VarlinkFramer(maximumMessageBytes: 16 << 20)
+
+    /// Connects to the daemon's socket at `path`.
+    public init(path: String) throws(ClientError) {
+        self.path = path
+        do {
+            socket = try UnixSocket.connect(path: path)
+        } catch {
+            throw ClientError(.notConnected, "cannot connect to bgtaskd at \(path): \(String(cString: strerror(error.code)))")
+        }
+    }
+
+    /// The socket, for waiting on several connections at once.
+    public var fileDescriptor: Int32 { socket.rawValue }
+
+    /// Whether a complete reply is already buffered (so `poll` would not show it).
+    public var hasBufferedReply: Bool { framer.bufferedByteCount > 0 && peekComplete() }
+
+    private func peekComplete() -> Bool {
+        var copy = framer
+        return (try? copy.next()) != nil
+    }
+
+    /// Sends a call without waiting for its reply.
+    public func send(_ call: VarlinkCall) throws(ClientError) {
+        do {
+            try socket.writeAll(call.json.varlinkFrame)
+        } catch {
+            throw ClientError(.protocolError, "lost the connection to bgtaskd: \(error)")
+        }
+    }
+
+    /// Reads the next reply; a Varlink error reply is returned, not thrown.
+    /// - Parameter timeoutMilliseconds: -1 waits forever.
+    public func receive(timeoutMilliseconds: Int32 = -1) throws(ClientError) -> VarlinkReply {
+        while true {
+            do {
+                if let message = try framer.next() {
+                    do {
+                        return try VarlinkReply(message: JSON.parse(message))
+                    } catch {
+                        throw ClientError(.protocolError, "bgtaskd sent a malformed reply: \(error)")
+                    }
+                }
+            } catch let error as ClientError {
+                throw error
+            } catch {
+                throw ClientError(.protocolError, "bgtaskd sent an oversized reply")
+            }
+            do {
+                if timeoutMilliseconds >= 0, try !socket.waitReadable(timeoutMilliseconds: timeoutMilliseconds) {
+                    throw ClientError(.timedOut, "no reply from bgtaskd within \(timeoutMilliseconds) ms")
+                }
+                let bytes = try socket.read(upTo: 65536)
+                if bytes.isEmpty { throw ClientError(.protocolError, "bgtaskd closed the connection") }
+                framer.append(bytes)
+            } catch let error as ClientError {
+                throw error
+            } catch {
+                throw ClientError(.protocolError, "lost the connection to bgtaskd: \(error)")
+            }
+        }
+    }
+
+    /// Calls `method` and returns the first reply's parameters; a Varlink error is thrown
+    /// as `callFailed`.
+    @discardableResult
+    public func call(_ method: String, _ parameters: [String: JSON] = [:], more: Bool = false,
+                     timeoutMilliseconds: Int32 = -1) throws(ClientError) -> [String: JSON] {
+        try send(VarlinkCall(method: method, parameters: parameters, more: more))
+        return try Self.check(try receive(timeoutMilliseconds: timeoutMilliseconds))
+    }
+
+    /// The reply's parameters, or its error thrown as `callFailed`.
+    public static func check(_ reply: VarlinkReply) throws(ClientError) -> [String: JSON] {
+        if let name = reply.error {
+            let error = VarlinkError(name, parameters: reply.parameters)
+            throw ClientError(.callFailed, "\(error)", varlinkError: error)
+        }
+        return reply.parameters
+    }
+
+    /// Closes the connection (tasks begun on it with `more` end).
+    public func close() { socket.close() }
+}

@@ -1,0 +1,21 @@
+import Varlink
+
+/// `bgtaskctl apps`
+enum AppsVerb {
+    static func run(_ context: Context, _ arguments: [String]) throws {
+        guard arguments.isEmpty else { throw UsageError("apps takes no arguments") }
+        let reply = try context.call("ListApps")
+        if context.json { return context.printJSON(.object(reply)) }
+        print(table(reply["apps"]?.arrayValue ?? []).render(legend: context.legend, noun: "app"), terminator: "")
+    }
+
+    static func table(_ apps: [JSON]) -> Table {
+        var table = Table("PID", "UID", "COMMAND", "STATE", "PHASE", "TASKS", "REMAINING", "SUBSCRIBED")
+        for app in apps {
+            table.add([app["pid"]?.cell ?? "-", app["uid"]?.cell ?? "-", app["command"]?.cell ?? "-",
+                       app["state"]?.cell ?? "-", app["phase"]?.cell ?? "-", app["tasks"]?.cell ?? "0",
+                       humanTime(app["backgroundTimeRemaining"]?.doubleValue), app["subscribed"]?.cell ?? "-"])
+        }
+        return table
+    }
+}

@@ -1,0 +1,64 @@
+import BGTaskClient
+import Glibc
+import Varlink
+
+/// Global options and the connection every verb uses.
+struct Context {
+    var socketPath: String?
+    var json = false
+    var legend = true
+
+    static let usage = """
+    Usage: bgtaskctl [--socket PATH] [--json] [--no-legend] VERB [ARGS...]
+
+    Verbs:
+      status                 daemon summary and the apps table
+      apps                   list apps
+      tasks [PID]            list active background tasks (of the app containing PID)
+      history                suspensions, resumptions and terminations
+      monitor                print events as they happen, until interrupted
+      background PID         move the app containing PID to the background
+      foreground PID         bring the app containing PID to the foreground
+      terminate PID          terminate the app containing PID
+      reload                 reload the daemon's configuration
+
+    The socket is PATH, else $BGTASKD_SOCKET, else \(DaemonSocket.systemPath).
+    Exit status: 0 success, 1 failure, 2 usage error.
+    """
+
+    func connect() throws(ClientError) -> VarlinkConnection {
+        try VarlinkConnection(path: DaemonSocket.path(explicit: socketPath))
+    }
+
+    /// Calls a Manager method and returns its reply parameters.
+    func call(_ member: String, _ parameters: [String: JSON] = [:]) throws -> [String: JSON] {
+        try connect().call("io.bgtaskd.Manager.\(member)", parameters)
+    }
+
+    /// Prints one JSON document.
+    func printJSON(_ value: JSON) { print(value.serialized) }
+}
+
+struct UsageError: Error {
+    var message: String
+    init(_ message: String) { self.message = message }
+}
+
+func printError(_ text: String) {
+    let bytes = Array((text + "\n").utf8)
+    _ = bytes.withUnsafeBytes { write(2, $0.baseAddress, $0.count) }
+}
+
+/// A PID argument: a positive integer.
+func pidArgument(_ arguments: [String], verb: String) throws -> Int64 {
+    guard arguments.count == 1, let pid = Int64(arguments[0]), pid > 0, pid <= Int64(Int32.max) else {
+        throw UsageError("\(verb) takes one PID")
+    }
+    return pid
+}
+
+/// Writes a line to standard output at once (no buffering), for live output.
+func writeLine(_ text: String) {
+    let bytes = Array((text + "\n").utf8)
+    _ = bytes.withUnsafeBytes { write(1, $0.baseAddress, $0.count) }
+}

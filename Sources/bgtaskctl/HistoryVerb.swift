@@ -1,0 +1,18 @@
+import Varlink
+
+/// `bgtaskctl history`
+enum HistoryVerb {
+    static func run(_ context: Context, _ arguments: [String]) throws {
+        guard arguments.isEmpty else { throw UsageError("history takes no arguments") }
+        let reply = try context.call("GetHistory")
+        if context.json { return context.printJSON(.object(reply)) }
+        var table = Table("TIME", "PID", "UID", "COMMAND", "ACTION", "REASON", "TASKS")
+        for entry in reply["entries"]?.arrayValue ?? [] {
+            let tasks = (entry["tasks"]?.arrayValue ?? []).compactMap(\.stringValue).joined(separator: ",")
+            table.add([entry["time"]?.cell ?? "-", entry["pid"]?.cell ?? "-", entry["uid"]?.cell ?? "-",
+                       entry["command"]?.cell ?? "-", entry["action"]?.cell ?? "-", entry["reason"]?.cell ?? "-",
+                       tasks.isEmpty ? "-" : tasks])
+        }
+        print(table.render(legend: context.legend, noun: "entry", plural: "entries"), terminator: "")
+    }
+}

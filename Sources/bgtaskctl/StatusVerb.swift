@@ -1,0 +1,23 @@
+import BGTaskClient
+import Varlink
+
+/// `bgtaskctl status`: the daemon summary, then the apps table.
+enum StatusVerb {
+    static func run(_ context: Context, _ arguments: [String]) throws {
+        guard arguments.isEmpty else { throw UsageError("status takes no arguments") }
+        let connection = try context.connect()
+        let status = try connection.call("io.bgtaskd.Manager.GetStatus")
+        let apps = try connection.call("io.bgtaskd.Manager.ListApps")["apps"]?.arrayValue ?? []
+        if context.json { return context.printJSON(.object(["status": .object(status), "apps": .array(apps)])) }
+        let count = { (key: String) in status[key]?.intValue ?? 0 }
+        print("""
+        bgtaskd \(status["version"]?.cell ?? "?") on \(connection.path)
+               Uptime: \(humanTime(status["uptime"]?.doubleValue ?? 0))
+                 Apps: \(count("apps")) (\(count("backgroundApps")) background, \(count("suspendedApps")) suspended)
+                Tasks: \(count("tasks"))
+          Connections: \(count("connections"))
+
+        """)
+        print(AppsVerb.table(apps).render(legend: context.legend, noun: "app"), terminator: "")
+    }
+}

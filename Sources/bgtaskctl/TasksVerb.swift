@@ -1,0 +1,18 @@
+import Varlink
+
+/// `bgtaskctl tasks [PID]`
+enum TasksVerb {
+    static func run(_ context: Context, _ arguments: [String]) throws {
+        var parameters: [String: JSON] = [:]
+        if !arguments.isEmpty { parameters["pid"] = .int(try pidArgument(arguments, verb: "tasks")) }
+        let reply = try context.call("ListTasks", parameters)
+        if context.json { return context.printJSON(.object(reply)) }
+        var table = Table("ID", "PID", "APP", "NAME", "STATE", "AGE", "HANDLER")
+        for task in reply["tasks"]?.arrayValue ?? [] {
+            table.add([task["id"]?.cell ?? "-", task["pid"]?.cell ?? "-", task["appPid"]?.cell ?? "-",
+                       task["name"]?.cell ?? "-", task["state"]?.cell ?? "-", humanTime(task["age"]?.doubleValue ?? 0),
+                       task["expirationHandler"]?.cell ?? "-"])
+        }
+        print(table.render(legend: context.legend, noun: "task"), terminator: "")
+    }
+}
