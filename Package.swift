@@ -40,7 +40,7 @@ let package = Package(
         .testTarget(name: "BGTaskSystemTests", dependencies: ["BGTaskSystem"]),
         .testTarget(
             name: "EndToEndTests",
-            dependencies: ["BGTaskSystem", "BGTaskClient", "Varlink"]
+            dependencies: ["BGTaskSystem", "BGTaskClient", "Varlink", "CSystemd"]
         ),
     ]
 )

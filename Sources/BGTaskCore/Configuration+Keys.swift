@@ -116,7 +116,6 @@ extension Configuration {
         if let problem = key.apply(&self, value) {
             throw ConfigurationError(source: source, line: 0, message: "\(name): \(problem)")
         }
-        try check(source: source)
     }
 
     /// Applies an INI file's text (`[Section]`, `Key=Value`, `#`/`;` comments); names the line of
@@ -154,17 +153,17 @@ extension Configuration {
                 throw ConfigurationError(source: source, line: number, message: "\(name): \(problem)")
             }
         }
-        try check(source: source)
     }
 
-    /// Cross-key checks that no single value can violate.
-    private func check(source: String) throws(ConfigurationError) {
+    /// Checks across keys, once every source is applied (so the order of `--set` flags does
+    /// not matter).
+    public func validate() throws(ConfigurationError) {
         if grantLatencyMin > grantLatencyMax {
-            throw ConfigurationError(source: source, line: 0,
-                                     message: "GrantLatencyMinSec is greater than GrantLatencyMaxSec")
+            throw ConfigurationError(source: "configuration", line: 0, message:
+                "GrantLatencyMinSec=\(ConfigurationValue.formatTimeSpan(grantLatencyMin)) is greater than GrantLatencyMaxSec=\(ConfigurationValue.formatTimeSpan(grantLatencyMax))")
         }
         if backgroundTime == .zero {
-            throw ConfigurationError(source: source, line: 0, message: "BackgroundTimeSec must be greater than 0")
+            throw ConfigurationError(source: "configuration", line: 0, message: "BackgroundTimeSec must be greater than 0")
         }
     }
 

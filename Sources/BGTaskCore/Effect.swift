@@ -29,6 +29,16 @@ public struct AppActionRecord: Equatable, Sendable {
     public var reason: ActionReason
     /// The names of the tasks involved (for a termination: the tasks still held).
     public var taskNames: [String]
+
+    public init(app: ProcessIdentity, uid: UInt32, command: String, action: AppAction, reason: ActionReason,
+                taskNames: [String]) {
+        self.app = app
+        self.uid = uid
+        self.command = command
+        self.action = action
+        self.reason = reason
+        self.taskNames = taskNames
+    }
 }
 
 /// The kinds of log line, each with its own journal `MESSAGE_ID`.

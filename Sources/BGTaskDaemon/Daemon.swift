@@ -179,11 +179,9 @@ public final class Daemon {
         }
         guard events & (IOEvents.readable | IOEvents.hangup | IOEvents.error) != 0 else { return }
         do {
-            let bytes = try connection.socket.read(upTo: 65536)
+            guard let bytes = try connection.socket.readAvailable(upTo: 65536) else { return }
             if bytes.isEmpty { return close(connection) }
             connection.framer.append(bytes)
-        } catch where error.code == EAGAIN {
-            return
         } catch {
             return close(connection)
         }

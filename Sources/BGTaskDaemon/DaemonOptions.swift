@@ -81,6 +81,7 @@ public struct DaemonOptions: Sendable {
         for assignment in assignments {
             try configuration.apply(assignment: assignment)
         }
+        try configuration.validate()
         return configuration
     }
 

@@ -27,6 +27,17 @@ public final class FileDescriptor: @unchecked Sendable {
         return bytes
     }
 
+    /// Reads up to `count` bytes from a non-blocking descriptor: `nil` when nothing is
+    /// waiting (`EAGAIN`), empty at end of file.
+    public func readAvailable(upTo count: Int) throws(Errno) -> [UInt8]? {
+        do {
+            return try read(upTo: count)
+        } catch {
+            if error.code == EAGAIN { return nil }
+            throw error
+        }
+    }
+
     /// Writes as much of `bytes` as the descriptor takes now; returns how much.
     public func write<Bytes: Collection<UInt8>>(_ bytes: Bytes) throws(Errno) -> Int {
         let fd = rawValue

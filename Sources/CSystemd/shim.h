@@ -19,6 +19,7 @@
 
 /* Declared by glibc only under _GNU_SOURCE, which the Swift Glibc module does not set. */
 int accept4(int fd, struct sockaddr *__restrict addr, socklen_t *__restrict len, int flags);
+int pipe2(int pipefd[2], int flags);
 
 struct bgtask_ucred {
     int pid;

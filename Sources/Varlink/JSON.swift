@@ -308,3 +308,11 @@ struct JSONParser {
         return .double(value)
     }
 }
+
+extension JSON: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, ExpressibleByBooleanLiteral,
+    ExpressibleByNilLiteral {
+    public init(stringLiteral value: String) { self = .string(value) }
+    public init(integerLiteral value: Int64) { self = .int(value) }
+    public init(booleanLiteral value: Bool) { self = .bool(value) }
+    public init(nilLiteral: ()) { self = .null }
+}

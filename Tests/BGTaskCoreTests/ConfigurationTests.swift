@@ -47,6 +47,18 @@ import Testing
         #expect(config == before)
     }
 
+    @Test func crossKeyChecksRunOnceEverythingIsApplied() throws {
+        var config = Configuration()
+        try config.apply(assignment: "GrantLatencyMinSec=300ms")  // above the default max for a moment
+        try config.apply(assignment: "GrantLatencyMaxSec=1s")
+        try config.validate()
+        try config.apply(assignment: "GrantLatencyMaxSec=100ms")
+        #expect(throws: ConfigurationError(source: "configuration", line: 0,
+                                           message: "GrantLatencyMinSec=300ms is greater than GrantLatencyMaxSec=100ms")) {
+            try config.validate()
+        }
+    }
+
     @Test func fileErrorsNameTheLine() {
         var config = Configuration()
         let text = "# comment\n[Background]\nBackgroundTimeSec=10s\n\nExpirationWarningSec=soon\n"

@@ -1,0 +1,118 @@
+import BGTaskSystem
+import Glibc
+import Testing
+import Varlink
+
+/// The reference Varlink client, bgtaskctl, and access control across users.
+@Suite(.serialized) struct ClientsEndToEndTests {
+    /// The PyPI `varlink` package, which nobody here wrote, talks to the daemon.
+    @Test func referencePythonClientCallsAndSubscribes() throws {
+        let daemon = try TestDaemon(["GrantLatencyMaxSec=10ms"])
+        let script = """
+        import json, sys, varlink
+        client = varlink.Client(address="unix:" + sys.argv[1])
+        with client.open("org.varlink.service") as service:
+            info = service.GetInfo()
+        with client.open("io.bgtaskd.Manager", namespaced=False) as manager:
+            status = manager.GetStatus()
+        with client.open("io.bgtaskd.App", namespaced=False) as app:
+            for event in app.Subscribe(_more=True):
+                first = event
+                break
+        print(json.dumps({"interfaces": info["interfaces"], "apps": status["apps"], "event": first["event"]}))
+        """
+        let python = try Spawned("/usr/bin/env", ["python3", "-c", script, daemon.socketPath])
+        python.closeInput()
+        let output = try python.readAll(timeout: 20)
+        let status = try python.wait(timeout: 20)
+        #expect(Spawned.exitCode(status) == 0, "python printed: \(output)")
+        let result = try JSON.parse(output)
+        #expect(result["interfaces"] == .array(["org.varlink.service", "io.bgtaskd.App", "io.bgtaskd.Manager"]))
+        #expect(result["apps"]?.intValue == 0)
+        #expect(result["event"]?.stringValue == "subscribed")
+    }
+
+    @Test func ctlShowsTablesJSONAndExitCodes() throws {
+        let daemon = try TestDaemon(["BackgroundTimeSec=30s"])
+        let app = try Spawned("/bin/sleep", ["60"])
+        let (code, table) = try daemon.ctl(["background", "\(app.pid)"])
+        #expect(code == 0)
+        #expect(table.contains("suspended"))
+        let (_, status) = try daemon.ctl(["status"])
+        #expect(status.contains("Apps: 1 (0 background, 1 suspended)"))
+        let lines = status.split(separator: "\n")
+        let header = try #require(lines.first { $0.hasPrefix("PID") })
+        let row = try #require(lines.first { $0.hasPrefix("\(app.pid) ") })
+        // Aligned: the STATE column starts at the same offset in the header and the row.
+        #expect(offset(of: "STATE", in: header) != nil)
+        #expect(offset(of: "STATE", in: header) == offset(of: "suspended", in: row))
+        #expect(status.contains("1 app listed."))
+        let (_, json) = try daemon.ctl(["--json", "apps"])
+        #expect(try JSON.parse(json)["apps"]?.arrayValue?.first?["state"] == "suspended")
+        let (_, noLegend) = try daemon.ctl(["--no-legend", "tasks"])
+        #expect(noLegend.isEmpty)
+        #expect(try daemon.ctl(["foreground", "\(app.pid)"]).0 == 0)
+        #expect(try daemon.ctl(["foreground", "not-a-pid"]).0 == 2)
+        #expect(try daemon.ctl(["frobnicate"]).0 == 2)
+        #expect(try daemon.ctl(["terminate", "999999"]).0 == 1)
+        #expect(try daemon.ctl(["background", "1"]).0 == 1)  // pid 1 is refused, never stopped
+    }
+
+    /// A non-root user cannot change another user's app, and sees only its own.
+    @Test(.enabled(if: getuid() == 0, "needs root to run clients as another user"))
+    func nonRootCannotManageAnotherUsersApp() throws {
+        let daemon = try TestDaemon()
+        let rootApp = try Spawned("/bin/sleep", ["60"])
+        try daemon.setState(rootApp.pid, "foreground")  // registered, owned by uid 0
+        let (code, _) = try daemon.ctl(["background", "\(rootApp.pid)"], asUser: 65534)
+        #expect(code == 1)
+        #expect(processState(rootApp.pid) != "T")
+        #expect(try daemon.app(rootApp.pid)?["state"]?.stringValue == "foreground")
+        let (_, listed) = try daemon.ctl(["--json", "apps"], asUser: 65534)
+        #expect(try JSON.parse(listed)["apps"] == .array([]))
+
+        // Its own app it may manage.
+        let ownApp = try Spawned("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "/bin/sleep", "60"])
+        try waitUntil("setpriv to exec sleep") { (try? ProcStat.read(pid: ownApp.pid))?.command == "sleep" }
+        #expect(try daemon.ctl(["background", "\(ownApp.pid)"], asUser: 65534).0 == 0)
+        try waitUntil("its own app stopped") { processState(ownApp.pid) == "T" }
+    }
+
+    @Test func errorsAreClearAndChangeNothing() throws {
+        let daemon = try TestDaemon()
+        let connection = try daemon.connect()
+        func error(_ method: String, _ parameters: [String: JSON] = [:], more: Bool = false) throws -> String? {
+            try connection.send(VarlinkCall(method: method, parameters: parameters, more: more))
+            return try connection.receive(timeoutMilliseconds: 5000).error
+        }
+        #expect(try error("io.bgtaskd.Nope.Call") == "org.varlink.service.InterfaceNotFound")
+        #expect(try error("io.bgtaskd.Manager.Nope") == "org.varlink.service.MethodNotFound")
+        #expect(try error("io.bgtaskd.Manager.Monitor") == "org.varlink.service.ExpectedMore")
+        #expect(try error("io.bgtaskd.Manager.SetAppState", ["pid": 1, "state": "background"])
+                == "org.varlink.service.InvalidParameter")
+        #expect(try error("io.bgtaskd.Manager.SetAppState", ["pid": .int(Int64(daemon.process.pid)), "state": "background"])
+                == "org.varlink.service.InvalidParameter")
+        #expect(try error("io.bgtaskd.Manager.SetAppState", ["pid": 2, "state": "background"])
+                == "org.varlink.service.InvalidParameter")  // kthreadd
+        #expect(try error("io.bgtaskd.Manager.SetAppState", ["pid": 12, "state": "sideways"])
+                == "org.varlink.service.InvalidParameter")
+        #expect(try error("io.bgtaskd.Manager.ListApps", ["bogus": true]) == "org.varlink.service.InvalidParameter")
+        #expect(try error("io.bgtaskd.Manager.Terminate", ["pid": 999_999]) == "io.bgtaskd.Manager.NoSuchApp")
+        // The interface is served verbatim from the repository's file.
+        try connection.send(VarlinkCall(method: "org.varlink.service.GetInterfaceDescription",
+                                        parameters: ["interface": "io.bgtaskd.App"]))
+        let description = try connection.receive(timeoutMilliseconds: 5000).parameters["description"]?.stringValue
+        #expect(description?.contains("interface io.bgtaskd.App\n") == true)
+        #expect(description?.contains("interface io.bgtaskd.Manager") == false)
+        // After all that, nothing changed and the daemon still serves.
+        #expect(try daemon.apps().isEmpty)
+        #expect(processState(daemon.process.pid) != "T")
+    }
+}
+
+/// The character offset of `word` in `line`.
+func offset(of word: String, in line: Substring) -> Int? {
+    let characters = Array(line), target = Array(word)
+    guard characters.count >= target.count else { return nil }
+    return (0...(characters.count - target.count)).first { Array(characters[$0..<($0 + target.count)]) == target }
+}

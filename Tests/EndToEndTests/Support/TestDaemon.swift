@@ -1,0 +1,136 @@
+import BGTaskClient
+import BGTaskSystem
+import Glibc
+import Varlink
+
+/// The built binaries, next to the test bundle in `.build/<config>/`.
+enum Binaries {
+    static let directory: String = {
+        var buffer = [CChar](repeating: 0, count: 4096)
+        let n = readlink("/proc/self/exe", &buffer, buffer.count - 1)
+        let exe = String(decoding: buffer[..<max(0, n)].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return String(exe[..<exe.lastIndex(of: "/")!])
+    }()
+
+    static func path(_ name: String) -> String { "\(directory)/\(name)" }
+}
+
+/// A `bgtaskd` on a socket in a fresh temporary directory, with millisecond budgets.
+final class TestDaemon {
+    let directory: String
+    let socketPath: String
+    let process: Spawned
+
+    /// Starts the daemon with `--set` assignments and waits until it answers.
+    init(_ settings: [String] = [], extraArguments: [String] = []) throws {
+        var template = Array("/tmp/bgtaskd-test-XXXXXX".utf8CString)
+        guard let made = mkdtemp(&template) else { throw Errno.current("mkdtemp") }
+        directory = String(cString: made)
+        chmod(directory, 0o755)  // so a test can connect as another user
+        socketPath = directory + "/io.bgtaskd"
+        let arguments = ["--socket", socketPath] + settings.flatMap { ["--set", $0] } + extraArguments
+        process = try Spawned(Binaries.path("bgtaskd"), arguments, environment: ["PATH=/usr/bin:/bin"])
+        try waitUntil("bgtaskd to answer at \(socketPath)", timeout: 10) {
+            if process.hasExited { throw TestFailure("bgtaskd exited during start-up") }
+            return UnixSocket.isAnswering(path: socketPath)
+        }
+    }
+
+    deinit {
+        try? process.signal(SIGTERM)
+        _ = try? process.wait(timeout: 5)
+        unlink(socketPath)
+        rmdir(directory)
+    }
+
+    /// A new client connection (the test process is a manager, never an app).
+    func connect() throws -> VarlinkConnection { try VarlinkConnection(path: socketPath) }
+
+    /// Calls an `io.bgtaskd.Manager` method on a fresh connection.
+    @discardableResult
+    func manager(_ member: String, _ parameters: [String: JSON] = [:]) throws -> [String: JSON] {
+        try connect().call("io.bgtaskd.Manager.\(member)", parameters, timeoutMilliseconds: 5000)
+    }
+
+    func setState(_ pid: Int32, _ state: String) throws {
+        try manager("SetAppState", ["pid": .int(Int64(pid)), "state": .string(state)])
+    }
+
+    func apps() throws -> [JSON] { try manager("ListApps")["apps"]?.arrayValue ?? [] }
+
+    func app(_ pid: Int32) throws -> JSON? { try apps().first { $0["pid"]?.intValue == Int64(pid) } }
+
+    func tasks(_ pid: Int32? = nil) throws -> [JSON] {
+        let parameters: [String: JSON] = pid.map { ["pid": .int(Int64($0))] } ?? [:]
+        return try manager("ListTasks", parameters)["tasks"]?.arrayValue ?? []
+    }
+
+    func history() throws -> [JSON] { try manager("GetHistory")["entries"]?.arrayValue ?? [] }
+
+    /// Starts the probe app connected to this daemon and waits for its ready line.
+    func probe() throws -> Probe { try Probe(daemon: self) }
+
+    /// Runs `bgtaskctl --socket ... ARGS` to completion; returns (exit code, stdout).
+    func ctl(_ arguments: [String], asUser uid: UInt32? = nil) throws -> (Int32, String) {
+        var command = [Binaries.path("bgtaskctl"), "--socket", socketPath] + arguments
+        if let uid {
+            command = ["--reuid=\(uid)", "--regid=\(uid)", "--clear-groups"] + command
+        }
+        let process = try Spawned(uid == nil ? command[0] : "/usr/bin/setpriv", Array(command.dropFirst(uid == nil ? 1 : 0)))
+        process.closeInput()
+        let output = try process.readAll(timeout: 10)
+        let status = try process.wait(timeout: 10)
+        return (Spawned.exitCode(status) ?? -1, output)
+    }
+}
+
+/// The scriptable `bgtask-probe` app.
+final class Probe {
+    let process: Spawned
+    /// Every line seen so far, parsed.
+    private(set) var lines: [JSON] = []
+
+    init(daemon: TestDaemon) throws {
+        process = try Spawned(Binaries.path("bgtask-probe"), ["--socket", daemon.socketPath])
+        _ = try next { $0["ready"] != nil }
+    }
+
+    var pid: Int32 { process.pid }
+
+    func send(_ command: String) throws { try process.send(command) }
+
+    /// The next line matching `predicate`, within `timeout` seconds.
+    func next(timeout: Double = 5, _ predicate: (JSON) -> Bool) throws -> JSON {
+        while true {
+            guard let line = try process.readLine(timeout: timeout) else { throw TestFailure("probe output ended") }
+            let value = try JSON.parse(line)
+            lines.append(value)
+            if predicate(value) { return value }
+        }
+    }
+
+    /// Sends a call command and returns its reply parameters (or throws its error).
+    @discardableResult
+    func call(_ command: String) throws -> [String: JSON] {
+        try send(command)
+        let name = String(command.split(separator: " ")[0])
+        let line = try next { $0["call"]?.stringValue == name }
+        if let error = line["error"] { throw TestFailure("\(command) failed: \(error.serialized)") }
+        return line["reply"]?.objectValue ?? [:]
+    }
+
+    /// Begins a task and returns its id.
+    func begin(_ name: String) throws -> Int64 {
+        guard let id = try call("begin \(name)")["taskId"]?.intValue else { throw TestFailure("begin gave no taskId") }
+        return id
+    }
+
+    /// Waits for the subscription event named `name`.
+    @discardableResult
+    func event(_ name: String, timeout: Double = 5) throws -> JSON {
+        try next(timeout: timeout) { $0["event"]?["event"]?.stringValue == name }["event"]!
+    }
+
+    /// Subscription event names seen so far, in order.
+    var eventNames: [String] { lines.compactMap { $0["event"]?["event"]?.stringValue } }
+}
