@@ -54,8 +54,8 @@ import Varlink
         #expect(try daemon.ctl(["foreground", "\(app.pid)"]).0 == 0)
         #expect(try daemon.ctl(["foreground", "not-a-pid"]).0 == 2)
         #expect(try daemon.ctl(["frobnicate"]).0 == 2)
-        #expect(try daemon.ctl(["terminate", "999999"]).0 == 1)
-        #expect(try daemon.ctl(["background", "1"]).0 == 1)  // pid 1 is refused, never stopped
+        #expect(try daemon.ctl(["terminate", "999999"]) == (1, "bgtaskctl: no app contains pid 999999"))
+        #expect(try daemon.ctl(["background", "1"]) == (1, "bgtaskctl: invalid parameter: pid 1 cannot be managed"))
     }
 
     /// A non-root user cannot change another user's app, and sees only its own.
@@ -64,8 +64,9 @@ import Varlink
         let daemon = try TestDaemon()
         let rootApp = try Spawned("/bin/sleep", ["60"])
         try daemon.setState(rootApp.pid, "foreground")  // registered, owned by uid 0
-        let (code, _) = try daemon.ctl(["background", "\(rootApp.pid)"], asUser: 65534)
+        let (code, output) = try daemon.ctl(["background", "\(rootApp.pid)"], asUser: 65534)
         #expect(code == 1)
+        #expect(output == "bgtaskctl: permission denied: the app belongs to another user")
         #expect(processState(rootApp.pid) != "T")
         #expect(try daemon.app(rootApp.pid)?["state"]?.stringValue == "foreground")
         let (_, listed) = try daemon.ctl(["--json", "apps"], asUser: 65534)

@@ -57,6 +57,7 @@ import Varlink
         #expect(last?["action"]?.stringValue == "terminated")
         #expect(last?["reason"]?.stringValue == "assertionsBeyondPermittedTime")
         #expect(last?["tasks"] == .array(["sync"]))
+        #expect(daemon.log().contains("<4>App pid \(probe.pid) (bgtask-probe) holding 'sync' terminated with SIGKILL: assertionsBeyondPermittedTime"))
     }
 
     /// (d) When the app's process exits, its tasks are gone.

@@ -5,8 +5,14 @@ import Testing
 
 /// A child process the test started, held by a pidfd taken right after spawning (the child
 /// is unreaped until `wait`, so its pid cannot be recycled before that). Stdin and stdout
-/// are pipes; stderr is inherited.
+/// are pipes; stderr is inherited, merged into stdout, or written to a file.
 final class Spawned {
+    enum StandardError {
+        case inherit
+        case mergeIntoOutput
+        case file(String)
+    }
+
     let pid: Int32
     let pidfd: Pidfd
     private let stdinFD: FileDescriptor
@@ -15,7 +21,8 @@ final class Spawned {
     private(set) var exitStatus: Int32?
 
     /// Starts `path` with `arguments` and the given environment (default: this process's).
-    init(_ path: String, _ arguments: [String], environment: [String]? = nil) throws {
+    init(_ path: String, _ arguments: [String], environment: [String]? = nil,
+         standardError: StandardError = .inherit) throws {
         var toChild: [Int32] = [0, 0], fromChild: [Int32] = [0, 0]
         try systemCall("pipe2") { pipe2(&toChild, O_CLOEXEC) }
         try systemCall("pipe2") { pipe2(&fromChild, O_CLOEXEC) }
@@ -24,6 +31,11 @@ final class Spawned {
         defer { posix_spawn_file_actions_destroy(&actions) }
         posix_spawn_file_actions_adddup2(&actions, toChild[0], 0)
         posix_spawn_file_actions_adddup2(&actions, fromChild[1], 1)
+        switch standardError {
+        case .inherit: break
+        case .mergeIntoOutput: posix_spawn_file_actions_adddup2(&actions, fromChild[1], 2)
+        case let .file(path): posix_spawn_file_actions_addopen(&actions, 2, path, O_WRONLY | O_CREAT | O_APPEND, 0o644)
+        }
         let argv = ([path] + arguments).map { strdup($0) } + [nil]
         let env = (environment ?? Self.currentEnvironment()).map { strdup($0) } + [nil]
         defer { (argv + env).forEach { free($0) } }

@@ -20,6 +20,8 @@ final class TestDaemon {
     let directory: String
     let socketPath: String
     let process: Spawned
+    /// The daemon's stderr: one `<priority>message` line per log record.
+    let logPath: String
 
     /// Starts the daemon with `--set` assignments and waits until it answers.
     init(_ settings: [String] = [], extraArguments: [String] = []) throws {
@@ -29,7 +31,9 @@ final class TestDaemon {
         chmod(directory, 0o755)  // so a test can connect as another user
         socketPath = directory + "/io.bgtaskd"
         let arguments = ["--socket", socketPath] + settings.flatMap { ["--set", $0] } + extraArguments
-        process = try Spawned(Binaries.path("bgtaskd"), arguments, environment: ["PATH=/usr/bin:/bin"])
+        logPath = directory + "/bgtaskd.log"
+        process = try Spawned(Binaries.path("bgtaskd"), arguments, environment: ["PATH=/usr/bin:/bin"],
+                              standardError: .file(logPath))
         try waitUntil("bgtaskd to answer at \(socketPath)", timeout: 10) {
             if process.hasExited { throw TestFailure("bgtaskd exited during start-up") }
             return UnixSocket.isAnswering(path: socketPath)
@@ -40,7 +44,14 @@ final class TestDaemon {
         try? process.signal(SIGTERM)
         _ = try? process.wait(timeout: 5)
         unlink(socketPath)
+        unlink(logPath)
         rmdir(directory)
+    }
+
+    /// The daemon's log lines so far.
+    func log() -> [String] {
+        let bytes = (try? readFile(logPath)) ?? []
+        return String(decoding: bytes, as: UTF8.self).split(separator: "\n").map(String.init)
     }
 
     /// A new client connection (the test process is a manager, never an app).
@@ -70,13 +81,14 @@ final class TestDaemon {
     /// Starts the probe app connected to this daemon and waits for its ready line.
     func probe() throws -> Probe { try Probe(daemon: self) }
 
-    /// Runs `bgtaskctl --socket ... ARGS` to completion; returns (exit code, stdout).
+    /// Runs `bgtaskctl --socket ... ARGS` to completion; returns (exit code, stdout and stderr).
     func ctl(_ arguments: [String], asUser uid: UInt32? = nil) throws -> (Int32, String) {
         var command = [Binaries.path("bgtaskctl"), "--socket", socketPath] + arguments
         if let uid {
             command = ["--reuid=\(uid)", "--regid=\(uid)", "--clear-groups"] + command
         }
-        let process = try Spawned(uid == nil ? command[0] : "/usr/bin/setpriv", Array(command.dropFirst(uid == nil ? 1 : 0)))
+        let process = try Spawned(uid == nil ? command[0] : "/usr/bin/setpriv", Array(command.dropFirst(uid == nil ? 1 : 0)),
+                                  standardError: .mergeIntoOutput)
         process.closeInput()
         let output = try process.readAll(timeout: 10)
         let status = try process.wait(timeout: 10)
