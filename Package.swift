@@ -35,12 +35,14 @@ let package = Package(
         .executableTarget(name: "bgtaskctl", dependencies: ["BGTaskClient"]),
         // A scriptable app for end-to-end tests: line commands on stdin, JSON lines out.
         .executableTarget(name: "bgtask-probe", dependencies: ["BGTaskClient"]),
+        // Spawning and waiting helpers shared by the system and end-to-end tests.
+        .target(name: "TestSupport", dependencies: ["BGTaskSystem"], path: "Tests/TestSupport"),
         .testTarget(name: "BGTaskCoreTests", dependencies: ["BGTaskCore"]),
         .testTarget(name: "VarlinkTests", dependencies: ["Varlink"]),
-        .testTarget(name: "BGTaskSystemTests", dependencies: ["BGTaskSystem"]),
+        .testTarget(name: "BGTaskSystemTests", dependencies: ["BGTaskSystem", "TestSupport"]),
         .testTarget(
             name: "EndToEndTests",
-            dependencies: ["BGTaskSystem", "BGTaskClient", "Varlink", "CSystemd"]
+            dependencies: ["BGTaskSystem", "BGTaskClient", "Varlink", "TestSupport"]
         ),
     ]
 )

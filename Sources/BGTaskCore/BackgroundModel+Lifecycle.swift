@@ -23,8 +23,9 @@ extension BackgroundModel {
     /// A watched process exited (rule 9): an app's own process takes the app and its tasks
     /// with it; any other process takes the tasks it began.
     public mutating func processExited(_ process: ProcessIdentity, at now: Instant, effects: inout [Effect]) {
+        // A terminating app stays until its grace runs out, even if its own process exited
+        // first: descendants that ignored the signal still get SIGKILL.
         let watched = needsWatch(process)
-        terminating.remove(process)
         if let app = apps[process] {
             for id in app.taskIDs {
                 if let task = tasks[id] {

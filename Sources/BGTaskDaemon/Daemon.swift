@@ -11,6 +11,7 @@ public final class Daemon {
     var model: BackgroundModel
     var access: AccessPolicy
     let resolver = ProcessResolver()
+    var enforcer: Enforcer!
     var history = History(capacity: 1024)
     let startedAt = Clock.monotonicNanoseconds()
 
@@ -50,6 +51,9 @@ public final class Daemon {
             self.acceptConnections()
         })
         timer = try loop.addTimer {}  // the post hook does the work
+        enforcer = try Enforcer(loop: loop, root: { [unowned self] app in self.watches[app]?.pidfd }) { priority, message in
+            Journal.log(priority: priority.rawValue, message: message)
+        }
         sources.append(try loop.addPost { [unowned self] in self.afterPass() })
         sources.append(try loop.addSignal(SIGTERM) { [unowned self] in self.stop() })
         sources.append(try loop.addSignal(SIGINT) { [unowned self] in self.stop() })
@@ -100,11 +104,8 @@ public final class Daemon {
 
     /// A daemon that stops must not leave processes stopped with nobody in charge.
     func shutdown() {
-        for app in model.listApps(at: now) where app.state == .suspended {
-            if let watch = watches[app.identity] {
-                try? Enforcement.resume(watch.pidfd)
-                log(.notice, "App \(app.identity) (\(app.command)) resumed: bgtaskd is stopping")
-            }
+        for app in enforcer.resumeAll() {
+            log(.notice, "App \(app) resumed: bgtaskd is stopping")
         }
         for connection in connections.values { connection.close() }
         connections.removeAll()
@@ -286,10 +287,7 @@ public final class Daemon {
                 history.append(entry)
                 broadcast(["event": .string(record.action.rawValue), "entry": Wire.historyEntry(entry)], uid: record.uid)
             case let .kill(process):
-                if let watch = watches[process] {
-                    log(.warning, "App \(process) still alive after the terminate grace; sending SIGKILL")
-                    try? Enforcement.kill(watch.pidfd)
-                }
+                enforcer.kill(process)
             case let .watch(process):
                 watch(process)
             case let .unwatch(process):
@@ -323,15 +321,12 @@ public final class Daemon {
         }
     }
 
-    /// Starts watching `process` through a pidfd: the one resolved for this call, else a new
-    /// one checked against the start time. A process already gone is reported as exited.
+    /// Starts watching `process` through the pidfd resolved for this call (every watch starts
+    /// with a call about that process). Never by opening its pid again: a pid can be recycled
+    /// within one start-time tick. A process already gone is reported as exited.
     func watch(_ process: ProcessIdentity) {
         guard watches[process] == nil else { return }
-        var pidfd = callPidfds[process]
-        if pidfd == nil, let opened = try? Pidfd.open(pid: process.pid), opened.startTime == process.startTime {
-            pidfd = opened
-        }
-        guard let pidfd, !pidfd.hasExited,
+        guard let pidfd = callPidfds[process], !pidfd.hasExited,
               let source = try? loop.addIO(pidfd.descriptor.rawValue, events: IOEvents.readable, { [unowned self] _ in
                   self.processExited(process)
               }) else {
@@ -343,27 +338,18 @@ public final class Daemon {
 
     func processExited(_ process: ProcessIdentity) {
         watches[process] = nil
+        enforcer.forget(process)
         var effects: [Effect] = []
         model.processExited(process, at: now, effects: &effects)
         run(effects)
     }
 
-    /// Suspends, resumes or terminates the app's process through its pidfd.
+    /// Suspends, resumes or terminates the whole app (rule 10).
     func enforce(_ record: AppActionRecord, signal: TerminateSignal?) {
-        guard let pidfd = watches[record.app]?.pidfd else {
-            log(.warning, "App \(record.app) (\(record.command)) cannot be \(record.action.rawValue): not watched")
-            return
-        }
-        do {
-            switch record.action {
-            case .suspended: try Enforcement.suspend(pidfd)
-            case .resumed: try Enforcement.resume(pidfd)
-            case .terminated: try Enforcement.terminate(pidfd, signal: signal?.number ?? SIGKILL)
-            }
-        } catch where error.code == ESRCH {
-            // Gone already; its pidfd will report the exit.
-        } catch {
-            log(.warning, "App \(record.app) (\(record.command)) could not be \(record.action.rawValue): \(error)")
+        switch record.action {
+        case .suspended: enforcer.suspend(record.app, command: record.command, mode: model.configuration.suspendMode)
+        case .resumed: enforcer.resume(record.app)
+        case .terminated: enforcer.terminate(record.app, command: record.command, signal: signal?.number ?? SIGKILL)
         }
     }
 

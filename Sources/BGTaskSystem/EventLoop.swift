@@ -136,6 +136,8 @@ public enum IOEvents {
     public static let writable = UInt32(EPOLLOUT.rawValue)
     public static let error = UInt32(EPOLLERR.rawValue)
     public static let hangup = UInt32(EPOLLHUP.rawValue)
+    /// Out-of-band: kernfs files such as `cgroup.events` report changes this way.
+    public static let priority = UInt32(EPOLLPRI.rawValue)
 }
 
 /// 64 random bits from the kernel. `getrandom(2)`

@@ -25,6 +25,14 @@ public final class Pidfd: @unchecked Sendable {
         return try adopt(FileDescriptor(fd), pid: pid)
     }
 
+    /// Opens a pidfd for our own child, which may already have exited: until we reap it, its
+    /// pid cannot be reused, so the pidfd is certainly for it.
+    public static func open(child pid: Int32) throws(Errno) -> Pidfd {
+        let fd = try systemCall("pidfd_open(\(pid))") { pidfd_open(pid, 0) }
+        let stat = try ProcStat.read(pid: pid)
+        return Pidfd(descriptor: FileDescriptor(fd), pid: pid, startTime: stat.startTime)
+    }
+
     /// Takes a pidfd received from the kernel (e.g. `SO_PEERPIDFD`); its pid comes from
     /// `/proc/self/fdinfo`.
     public static func adopt(_ descriptor: FileDescriptor) throws(Errno) -> Pidfd {

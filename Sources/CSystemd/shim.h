@@ -11,6 +11,8 @@
 #include <sys/wait.h>
 #include <sys/random.h>
 #include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <spawn.h>
 
 /* Linux 6.5+; Debian 12's headers predate it. */
 #ifndef SO_PEERPIDFD

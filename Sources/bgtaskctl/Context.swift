@@ -21,6 +21,9 @@ struct Context {
       foreground PID         bring the app containing PID to the foreground
       terminate PID          terminate the app containing PID
       reload                 reload the daemon's configuration
+      run [--name NAME] -- CMD...
+                             hold a background task while CMD runs; CMD gets SIGTERM when
+                             the task starts expiring; exits with CMD's status
 
     The socket is PATH, else $BGTASKD_SOCKET, else \(DaemonSocket.systemPath).
     Exit status: 0 success, 1 failure, 2 usage error.

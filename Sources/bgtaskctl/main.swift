@@ -5,7 +5,7 @@ import Glibc
 let verbs: [String: (Context, [String]) throws -> Void] = [
     "status": StatusVerb.run, "apps": AppsVerb.run, "tasks": TasksVerb.run, "history": HistoryVerb.run,
     "background": StateVerb.background, "foreground": StateVerb.foreground, "terminate": TerminateVerb.run,
-    "monitor": MonitorVerb.run, "reload": ReloadVerb.run,
+    "monitor": MonitorVerb.run, "reload": ReloadVerb.run, "run": RunVerb.run,
 ]
 
 var arguments = Array(CommandLine.arguments.dropFirst())[...]

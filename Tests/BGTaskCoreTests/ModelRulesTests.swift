@@ -337,10 +337,13 @@ import Testing
         h.at(2)
         #expect(h.take() == [.kill(app), .unwatch(app)])
 
+        // The app's own process exiting early does not cancel the SIGKILL for what it left behind.
         let quick = try h.app(pid: 101)
         try h.model.terminate(quick, at: h.now, effects: &h.effects)
         h.model.processExited(quick, at: h.now, effects: &h.effects)
         _ = h.take()
+        h.at(4)
+        #expect(h.take() == [.kill(quick), .unwatch(quick)])
         h.at(10)
         #expect(h.take().isEmpty)
     }

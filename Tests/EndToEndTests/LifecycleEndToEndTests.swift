@@ -1,4 +1,5 @@
 import BGTaskSystem
+import TestSupport
 import Glibc
 import Testing
 import Varlink

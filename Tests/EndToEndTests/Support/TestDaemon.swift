@@ -1,5 +1,6 @@
 import BGTaskClient
 import BGTaskSystem
+import TestSupport
 import Glibc
 import Varlink
 

@@ -1,0 +1,106 @@
+import Glibc
+
+/// A cgroup v2 directory: freeze, thaw, kill, list its processes.
+public struct Cgroup: Equatable, Sendable {
+    /// The absolute directory, e.g. `/sys/fs/cgroup/user.slice/app-42.scope`.
+    public let directory: String
+
+    public init(directory: String) { self.directory = directory }
+
+    /// Where cgroup v2 is mounted, from `/proc/self/mountinfo` (never assumed: hybrid
+    /// systems mount it at `/sys/fs/cgroup/unified`). `nil` without cgroup v2.
+    public static let mountPoint: String? = {
+        guard let bytes = try? readFile("/proc/self/mountinfo") else { return nil }
+        for line in String(decoding: bytes, as: UTF8.self).split(separator: "\n") {
+            // "ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS... - FSTYPE SOURCE SUPEROPTIONS"
+            let halves = line.split(separator: " - ", maxSplits: 1)
+            guard halves.count == 2, halves[1].hasPrefix("cgroup2 ") else { continue }
+            let fields = halves[0].split(separator: " ")
+            if fields.count >= 5, fields[3] == "/" { return unescape(String(fields[4])) }
+        }
+        return nil
+    }()
+
+    /// mountinfo escapes spaces and the like as `\040`.
+    static func unescape(_ field: String) -> String {
+        var out: [UInt8] = []
+        let bytes = Array(field.utf8)
+        var index = 0
+        while index < bytes.count {
+            if bytes[index] == UInt8(ascii: "\\"), index + 3 < bytes.count,
+               let value = UInt8(String(decoding: bytes[(index + 1)...(index + 3)], as: UTF8.self), radix: 8) {
+                out.append(value)
+                index += 4
+            } else {
+                out.append(bytes[index])
+                index += 1
+            }
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// The cgroup v2 of `pid` (the `0::` line of `/proc/PID/cgroup`), or `nil`.
+    public static func of(pid: Int32) -> Cgroup? {
+        guard let root = mountPoint, let bytes = try? readFile("/proc/\(pid)/cgroup") else { return nil }
+        for line in String(decoding: bytes, as: UTF8.self).split(separator: "\n") where line.hasPrefix("0::") {
+            let path = String(line.dropFirst(3))
+            return Cgroup(directory: path == "/" ? root : root + path)
+        }
+        return nil
+    }
+
+    /// Whether this is the root of the hierarchy (never frozen: it holds everything).
+    public var isRoot: Bool { directory == Cgroup.mountPoint }
+
+    /// The pids in this cgroup and every cgroup below it.
+    public func processes() throws(Errno) -> [Int32] {
+        var pids: [Int32] = []
+        let text = String(decoding: try readFile(directory + "/cgroup.procs"), as: UTF8.self)
+        pids += text.split(separator: "\n").compactMap { Int32($0) }
+        for child in subdirectories() { pids += try Cgroup(directory: child).processes() }
+        return pids
+    }
+
+    private func subdirectories() -> [String] {
+        guard let dir = opendir(directory) else { return [] }
+        defer { closedir(dir) }
+        var result: [String] = []
+        while let entry = readdir(dir) {
+            guard entry.pointee.d_type == UInt8(DT_DIR) else { continue }
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            if name != ".", name != ".." { result.append(directory + "/" + name) }
+        }
+        return result
+    }
+
+    /// Asks the kernel to freeze (or thaw) every process in the subtree; it happens
+    /// asynchronously: see `isFrozen`. `cgroup.freeze`
+    public func setFrozen(_ frozen: Bool) throws(Errno) {
+        try write(frozen ? "1" : "0", to: "cgroup.freeze")
+    }
+
+    /// `frozen 1` in `cgroup.events`.
+    public func isFrozen() throws(Errno) -> Bool {
+        let text = String(decoding: try readFile(directory + "/cgroup.events"), as: UTF8.self)
+        return text.split(separator: "\n").contains("frozen 1")
+    }
+
+    /// Kills every process in the subtree with `SIGKILL`, atomically. `cgroup.kill`
+    public func kill() throws(Errno) {
+        try write("1", to: "cgroup.kill")
+    }
+
+    /// A descriptor on `cgroup.events` that polls `EPOLLPRI` when the events change.
+    public func openEvents() throws(Errno) -> FileDescriptor {
+        let path = directory + "/cgroup.events"
+        return FileDescriptor(try systemCall("open(\(path))") { open(path, O_RDONLY | O_CLOEXEC) })
+    }
+
+    private func write(_ value: String, to file: String) throws(Errno) {
+        let path = directory + "/" + file
+        let fd = FileDescriptor(try systemCall("open(\(path))") { open(path, O_WRONLY | O_CLOEXEC) })
+        _ = try fd.write(Array(value.utf8))
+    }
+}

@@ -1,0 +1,122 @@
+import BGTaskSystem
+import Glibc
+import Testing
+import TestSupport
+
+/// Real syscalls on real child processes the test started.
+@Suite(.serialized) struct ProcessTests {
+    @Test func procStatParsesCommandsWithSpacesAndParentheses() throws {
+        var text = "1234 (a (b) c) S 1 1234 1234 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 987654 1000 100"
+        text += " 0 0 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0\n"
+        let stat = try #require(ProcStat.parse(Array(text.utf8)))
+        #expect(stat.pid == 1234 && stat.command == "a (b) c" && stat.state == "S")
+        #expect(stat.parentPID == 1 && stat.flags == 4_194_560 && stat.startTime == 987_654)
+        #expect(!stat.isKernelThread)
+        #expect(ProcStat.parse(Array("garbage".utf8)) == nil)
+        #expect(try ProcStat.read(pid: 2).isKernelThread)  // kthreadd
+    }
+
+    @Test func pidfdSignalsStopAndContinueTheChild() throws {
+        let child = try Spawned("/bin/sleep", ["60"])
+        #expect(child.pidfd.startTime == (try ProcStat.read(pid: child.pid)).startTime)
+        try child.pidfd.send(signal: SIGSTOP)
+        try waitUntil("stopped") { processState(child.pid) == "T" }
+        try child.pidfd.send(signal: SIGCONT)
+        try waitUntil("running") { processState(child.pid) != "T" }
+        try child.pidfd.send(signal: SIGKILL)
+        #expect(Spawned.terminatingSignal(try child.wait(timeout: 5)) == SIGKILL)
+    }
+
+    @Test func pidfdRefusesInitAndNonsense() {
+        for pid: Int32 in [1, 0, -1] {
+            #expect(throws: Errno.self) { try Pidfd.open(pid: pid) }
+        }
+    }
+
+    static let canRecyclePids: Bool = {
+        guard let bytes = try? readFile("/proc/sys/kernel/ns_last_pid") else { return false }
+        return (try? writeLastPID(String(decoding: bytes, as: UTF8.self).filter(\.isNumber))) != nil
+    }()
+
+    static func writeLastPID(_ value: String) throws {
+        let fd = FileDescriptor(try systemCall("open ns_last_pid") { open("/proc/sys/kernel/ns_last_pid", O_WRONLY) })
+        _ = try fd.write(Array(value.utf8))
+    }
+
+    /// Starts a child that gets `pid` again (via `ns_last_pid`), retrying while other
+    /// processes take it first.
+    static func spawn(reusing pid: Int32) throws -> Spawned {
+        for _ in 0..<200 {
+            try writeLastPID(String(pid - 1))
+            let child = try Spawned("/bin/sleep", ["60"])
+            if child.pid == pid { return child }
+        }
+        throw TestFailure("could not get pid \(pid) back")
+    }
+
+    /// A pidfd keeps naming the process it was opened for: once that process is gone, a new
+    /// process with the same pid cannot be signalled through it.
+    @Test(.enabled(if: canRecyclePids, "needs CAP_SYS_ADMIN to write /proc/sys/kernel/ns_last_pid"))
+    func signalsThroughAStalePidfdNeverReachARecycledPid() throws {
+        let old = try Spawned("/bin/sleep", ["60"])
+        let stale = old.pidfd
+        let pid = old.pid
+        try old.signal(SIGKILL)
+        try old.wait(timeout: 5)
+        let recycled = try Self.spawn(reusing: pid)
+        #expect(recycled.pid == pid)
+        #expect(throws: Errno.self) { try stale.send(signal: SIGSTOP) }
+        #expect(stale.hasExited)
+        #expect(processState(pid) != "T")
+        // A tree walk anchored on the stale pidfd finds nothing (by pid and start time alone it
+        // could: start times tick at 10 ms, and the new process may share the old one's).
+        #expect(ProcessTree().members(of: stale).isEmpty)
+        #expect(ProcessTree().members(of: recycled.pidfd).map(\.pid) == [pid])
+    }
+
+    @Test func processTreeFindsChildrenAndGrandchildren() throws {
+        let root = try Spawned("/bin/sh", ["-c", "sleep 60 & sh -c 'sleep 60 & sleep 60 & wait' & echo ready; wait"])
+        try root.expectLine("ready")
+        try waitUntil("five processes") { processTree(of: root.pidfd).count == 5 }
+        let tree = processTree(of: root.pidfd)
+        #expect(tree.first?.pid == root.pid)
+        #expect(tree.filter { $0.command == "sleep" }.count == 3)
+        #expect(ProcessTree().members(of: root.pidfd).map(\.pid).sorted() == tree.map(\.pid).sorted())
+    }
+}
+
+/// The cgroup v2 freezer on a cgroup the test creates.
+@Suite(.serialized) struct CgroupTests {
+    static let writable: Bool = {
+        guard let root = Cgroup.mountPoint else { return false }
+        let probe = root + "/bgtaskd-probe-\(getpid())"
+        guard mkdir(probe, 0o755) == 0 else { return false }
+        rmdir(probe)
+        return true
+    }()
+
+    @Test func mountPointIsFoundInMountinfo() throws {
+        let root = try #require(Cgroup.mountPoint)
+        #expect(access(root + "/cgroup.procs", F_OK) == 0)
+    }
+
+    @Test(.enabled(if: writable, "needs a writable cgroup v2 hierarchy (root)"))
+    func freezeThawAndKillACgroup() throws {
+        let cgroup = Cgroup(directory: Cgroup.mountPoint! + "/bgtaskd-test-\(getpid())-freeze")
+        try systemCall("mkdir") { mkdir(cgroup.directory, 0o755) }
+        defer { rmdir(cgroup.directory) }
+        let child = try Spawned("/bin/sh", ["-c", "echo $$ > \(cgroup.directory)/cgroup.procs; sleep 60 & echo ready; wait"])
+        try child.expectLine("ready")
+        #expect(Cgroup.of(pid: child.pid) == cgroup)
+        #expect(try cgroup.processes().count == 2)
+        try cgroup.setFrozen(true)
+        try waitUntil("frozen 1") { try cgroup.isFrozen() }
+        try child.signal(SIGCONT)  // does not thaw a frozen cgroup
+        #expect(try cgroup.isFrozen())
+        try cgroup.setFrozen(false)
+        try waitUntil("frozen 0") { try !cgroup.isFrozen() }
+        try cgroup.kill()
+        #expect(Spawned.terminatingSignal(try child.wait(timeout: 5)) == SIGKILL)
+        try waitUntil("the cgroup empty") { try cgroup.processes().isEmpty }
+    }
+}

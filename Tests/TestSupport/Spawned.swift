@@ -1,0 +1,140 @@
+import BGTaskSystem
+import Glibc
+
+/// A child process the test started, held by the pidfd `Subprocess.spawn` took at once.
+/// Stdin and stdout are pipes; stderr is inherited, merged into stdout, or sent to a file.
+/// Dropping it kills (through the pidfd) and reaps the child.
+public final class Spawned {
+    public enum StandardError {
+        case inherit
+        case mergeIntoOutput
+        case file(String)
+    }
+
+    public let pidfd: Pidfd
+    public var pid: Int32 { pidfd.pid }
+    private let stdinFD: FileDescriptor
+    private let stdoutFD: FileDescriptor
+    private var buffered: [UInt8] = []
+    public private(set) var exitStatus: Int32?
+
+    /// Starts `path` with `arguments` and the given environment (default: this process's).
+    public init(_ path: String, _ arguments: [String], environment: [String]? = nil,
+                standardError: StandardError = .inherit) throws {
+        let (childIn, toChild) = try Subprocess.pipe()
+        let (fromChild, childOut) = try Subprocess.pipe()
+        let stderr: Subprocess.Stream
+        switch standardError {
+        case .inherit: stderr = .inherit
+        case .mergeIntoOutput: stderr = .descriptor(childOut.rawValue)
+        case let .file(path): stderr = .file(path)
+        }
+        pidfd = try Subprocess.spawn([path] + arguments, environment: environment,
+                                     stdin: .descriptor(childIn.rawValue), stdout: .descriptor(childOut.rawValue),
+                                     stderr: stderr)
+        childIn.close()
+        childOut.close()
+        stdinFD = toChild
+        stdoutFD = fromChild
+        try stdoutFD.setNonBlocking()
+    }
+
+    deinit {
+        if exitStatus == nil {
+            try? pidfd.send(signal: SIGKILL)
+            _ = try? wait(timeout: 5)
+        }
+    }
+
+    /// Sends a line to the child's stdin.
+    public func send(_ line: String) throws {
+        try stdinFD.writeAll(Array((line + "\n").utf8))
+    }
+
+    /// Closes the child's stdin.
+    public func closeInput() { stdinFD.close() }
+
+    /// The next line of stdout, waiting at most `timeout` seconds; `nil` at end of output.
+    public func readLine(timeout: Double) throws -> String? {
+        let deadline = Clock.monotonicNanoseconds() + Int64(timeout * 1e9)
+        while true {
+            if let newline = buffered.firstIndex(of: UInt8(ascii: "\n")) {
+                let line = String(decoding: buffered[..<newline], as: UTF8.self)
+                buffered.removeSubrange(...newline)
+                return line
+            }
+            let left = deadline - Clock.monotonicNanoseconds()
+            guard left > 0 else { throw TestFailure("no output from pid \(pid) within \(timeout)s") }
+            _ = try stdoutFD.waitReadable(timeoutMilliseconds: Int32(max(1, left / 1_000_000)))
+            guard let chunk = try stdoutFD.readAvailable(upTo: 65536) else { continue }
+            if chunk.isEmpty { return nil }
+            buffered += chunk
+        }
+    }
+
+    /// The next line equal to `expected`, skipping others, within `timeout` seconds.
+    public func expectLine(_ expected: String, timeout: Double = 5) throws {
+        while let line = try readLine(timeout: timeout) {
+            if line == expected { return }
+        }
+        throw TestFailure("output of pid \(pid) ended before '\(expected)'")
+    }
+
+    /// All remaining stdout until the child closes it, within `timeout` seconds.
+    public func readAll(timeout: Double) throws -> String {
+        var lines: [String] = []
+        while let line = try readLine(timeout: timeout) { lines.append(line) }
+        return lines.joined(separator: "\n")
+    }
+
+    /// Sends `signal` through the pidfd.
+    public func signal(_ signal: Int32) throws { try pidfd.send(signal: signal) }
+
+    /// Waits for the child to exit (through its pidfd) and reaps it; returns the wait status.
+    @discardableResult
+    public func wait(timeout: Double) throws -> Int32 {
+        if let exitStatus { return exitStatus }
+        guard try pidfd.descriptor.waitReadable(timeoutMilliseconds: Int32(timeout * 1000)) else {
+            throw TestFailure("pid \(pid) did not exit within \(timeout)s")
+        }
+        let status = try Subprocess.wait(pid: pid) ?? 0
+        exitStatus = status
+        return status
+    }
+
+    /// Whether it has exited (without reaping).
+    public var hasExited: Bool { exitStatus != nil || pidfd.hasExited }
+
+    /// The signal that killed it, or `nil` if it exited normally.
+    public static func terminatingSignal(_ status: Int32) -> Int32? { Subprocess.terminatingSignal(status) }
+
+    /// Its exit code, or 128 + the signal that ended it.
+    public static func exitCode(_ status: Int32) -> Int32? { Subprocess.exitCode(status) }
+}
+
+public struct TestFailure: Error, CustomStringConvertible {
+    public var description: String
+    public init(_ description: String) { self.description = description }
+}
+
+/// Polls `condition` until it holds or `timeout` seconds pass (then throws, naming `what`).
+/// The wait is bounded by a deadline; it never sleeps "long enough".
+public func waitUntil(_ what: @autoclosure () -> String, timeout: Double = 5, _ condition: () throws -> Bool) throws {
+    let deadline = Clock.monotonicNanoseconds() + Int64(timeout * 1e9)
+    while true {
+        if try condition() { return }
+        if Clock.monotonicNanoseconds() > deadline { throw TestFailure("timed out after \(timeout)s waiting for \(what())") }
+        var pause = timespec(tv_sec: 0, tv_nsec: 2_000_000)  // poll interval of the deadline wait
+        nanosleep(&pause, nil)
+    }
+}
+
+/// The one-letter state of `/proc/PID/stat` (`T` when stopped), `nil` once gone.
+public func processState(_ pid: Int32) -> Character? {
+    (try? ProcStat.read(pid: pid))?.state
+}
+
+/// Every process of the tree rooted at `root` (by pidfd), as the test sees it now.
+public func processTree(of root: Pidfd) -> [ProcStat] {
+    ProcessTree().members(of: root).compactMap { try? ProcStat.read(pid: $0.pid) }
+}
