@@ -1,0 +1,179 @@
+import BGTaskSystem
+import Glibc
+import Testing
+import TestSupport
+import Varlink
+
+/// Whole process trees, the freezer and its fallback, escalation, stray SIGCONT, recycled
+/// pids, history, monitor, and `bgtaskctl run` — against the built daemon.
+@Suite(.serialized) struct EnforcementEndToEndTests {
+    static let tree = "sleep 60 & sh -c 'sleep 60 & sleep 60 & wait' & echo ready; wait"
+
+    static let cgroupsWritable: Bool = {
+        guard let root = Cgroup.mountPoint else { return false }
+        let probe = root + "/bgtaskd-probe-\(getpid())"
+        guard mkdir(probe, 0o755) == 0 else { return false }
+        rmdir(probe)
+        return true
+    }()
+
+    @Test func wholeTreeIsStoppedResumedAndTerminated() throws {
+        let daemon = try TestDaemon(["SuspendMode=signal"])
+        let app = try Spawned("/bin/sh", ["-c", Self.tree])
+        try app.expectLine("ready")
+        try waitUntil("five processes") { processTree(of: app.pidfd).count == 5 }
+        let members = ProcessTree().members(of: app.pidfd)
+        try daemon.setState(app.pid, "background")
+        try waitUntil("every process stopped") { members.allSatisfy { processState($0.pid) == "T" } }
+        try daemon.setState(app.pid, "foreground")
+        try waitUntil("every process running") { members.allSatisfy { processState($0.pid) != "T" } }
+        let (code, _) = try daemon.ctl(["terminate", "\(app.pid)"])
+        #expect(code == 0)
+        try waitUntil("every process gone") { members.allSatisfy(\.hasExited) }
+        #expect(try daemon.history().last?["reason"]?.stringValue == "manager")
+    }
+
+    @Test(.enabled(if: cgroupsWritable, "needs a writable cgroup v2 hierarchy (root)"))
+    func appWithItsOwnCgroupIsFrozenAndThawed() throws {
+        let cgroup = Cgroup(directory: Cgroup.mountPoint! + "/bgtaskd-test-\(getpid())-app")
+        try systemCall("mkdir") { mkdir(cgroup.directory, 0o755) }
+        defer { rmdir(cgroup.directory) }
+        let daemon = try TestDaemon(["SuspendMode=freezer"])
+        let app = try Spawned("/bin/sh", ["-c", "echo $$ > \(cgroup.directory)/cgroup.procs; " + Self.tree])
+        try app.expectLine("ready")
+        try waitUntil("five processes in the cgroup") { try cgroup.processes().count == 5 }
+        try daemon.setState(app.pid, "background")
+        try waitUntil("frozen 1") { try cgroup.isFrozen() }
+        #expect(ProcessTree().members(of: app.pidfd).allSatisfy { processState($0.pid) != "T" })  // frozen, not stopped
+        try app.signal(SIGCONT)  // a stray SIGCONT cannot undo the freezer
+        #expect(try cgroup.isFrozen())
+        try daemon.setState(app.pid, "foreground")
+        try waitUntil("frozen 0") { try !cgroup.isFrozen() }
+        try daemon.manager("Terminate", ["pid": .int(Int64(app.pid))])
+        try waitUntil("the cgroup empty") { try cgroup.processes().isEmpty }
+        #expect(!daemon.log().contains { $0.contains("cannot be frozen") })
+    }
+
+    @Test func freezerFallsBackToSignalsWhenTheCgroupIsShared() throws {
+        let daemon = try TestDaemon(["SuspendMode=freezer"])
+        let app = try Spawned("/bin/sleep", ["60"])  // in the test's own cgroup, with the test
+        try daemon.setState(app.pid, "background")
+        try waitUntil("stopped by signal") { processState(app.pid) == "T" }
+        #expect(daemon.log().contains { $0.contains("App pid \(app.pid) (sleep) cannot be frozen: ") && $0.hasSuffix("; suspending with SIGSTOP") })
+    }
+
+    @Test func catchableTerminateSignalIsFollowedBySIGKILLAfterTheGrace() throws {
+        let daemon = try TestDaemon(["TerminateSignal=SIGTERM", "TerminateGraceSec=300ms"])
+        let app = try Spawned("/bin/sh", ["-c", "trap 'echo got-term' TERM; echo ready; while :; do sleep 0.02; done"])
+        try app.expectLine("ready")
+        try daemon.setState(app.pid, "background")  // suspended: it must be thawed to see SIGTERM
+        try waitUntil("stopped") { processState(app.pid) == "T" }
+        let start = Clock.monotonicNanoseconds()
+        try daemon.manager("Terminate", ["pid": .int(Int64(app.pid))])
+        try app.expectLine("got-term")
+        let status = try app.wait(timeout: 5)
+        let elapsed = Double(Clock.monotonicNanoseconds() - start) / 1e9
+        #expect(Spawned.terminatingSignal(status) == SIGKILL)
+        #expect(elapsed >= 0.3, "SIGKILL came \(elapsed)s after SIGTERM; the grace is 300ms")
+        #expect(elapsed < 2, "SIGKILL came \(elapsed)s after SIGTERM")
+    }
+
+    @Test func straySIGCONTIsNoticedAndTheAppStoppedAgain() throws {
+        let daemon = try TestDaemon(["SuspendMode=signal"])
+        let app = try Spawned("/bin/sleep", ["60"])
+        try daemon.setState(app.pid, "background")
+        try waitUntil("stopped") { processState(app.pid) == "T" }
+        try app.signal(SIGCONT)
+        try waitUntil("the stray SIGCONT logged") {
+            daemon.log().contains { $0.contains("App pid \(app.pid) (sleep) was resumed while suspended") }
+        }
+        try waitUntil("stopped again") { processState(app.pid) == "T" }
+        #expect(try daemon.app(app.pid)?["state"]?.stringValue == "suspended")
+    }
+
+    static let canRecyclePids = (try? readFile("/proc/sys/kernel/ns_last_pid")).map { bytes in
+        (try? writeLastPID(String(decoding: bytes, as: UTF8.self).filter(\.isNumber))) != nil
+    } ?? false
+
+    static func writeLastPID(_ value: String) throws {
+        let fd = FileDescriptor(try systemCall("open ns_last_pid") { open("/proc/sys/kernel/ns_last_pid", O_WRONLY) })
+        _ = try fd.write(Array(value.utf8))
+    }
+
+    /// The daemon is stopped while an app it is about to kill dies and its pid goes to a new
+    /// process; when the daemon runs again the deadline has passed, and the new process must
+    /// be untouched.
+    @Test(.enabled(if: canRecyclePids, "needs CAP_SYS_ADMIN to write /proc/sys/kernel/ns_last_pid"))
+    func aRecycledPidIsNeverSignalled() throws {
+        let daemon = try TestDaemon(["BackgroundTimeSec=400ms", "ExpirationWarningSec=100ms", "GrantLatencyMaxSec=5ms"])
+        let probe = try daemon.probe()
+        _ = try probe.begin("held")
+        try waitUntil("the task granted") { try daemon.tasks().first?["state"]?.stringValue == "granted" }
+        try daemon.setState(probe.pid, "background")
+        let backgrounded = Clock.monotonicNanoseconds()
+        try daemon.process.signal(SIGSTOP)
+        defer { try? daemon.process.signal(SIGCONT) }
+        let pid = probe.pid
+        try probe.process.signal(SIGKILL)
+        try probe.process.wait(timeout: 5)
+        var recycled: Spawned?
+        for _ in 0..<200 where recycled == nil {
+            try Self.writeLastPID(String(pid - 1))
+            let candidate = try Spawned("/bin/sleep", ["60"])
+            if candidate.pid == pid { recycled = candidate }
+        }
+        let newcomer = try #require(recycled, "could not get pid \(pid) back")
+        try waitUntil("the deadline to pass while bgtaskd is stopped") {
+            Clock.monotonicNanoseconds() - backgrounded > 600_000_000
+        }
+        try daemon.process.signal(SIGCONT)
+        try waitUntil("bgtaskd to forget the dead app") { try daemon.app(pid) == nil }
+        #expect(processState(newcomer.pid) == "S")
+        #expect(!newcomer.hasExited)
+    }
+
+    @Test func historyAndMonitorShowActionsWithReasonsAndTaskNames() throws {
+        let daemon = try TestDaemon(["BackgroundTimeSec=500ms", "ExpirationWarningSec=200ms", "GrantLatencyMaxSec=5ms"])
+        let monitor = try Spawned(Binaries.path("bgtaskctl"), ["--socket", daemon.socketPath, "--json", "monitor"])
+        #expect(try JSON.parse(try #require(try monitor.readLine(timeout: 5)))["event"] == "monitoring")
+        let probe = try daemon.probe()
+        let id = try probe.begin("upload")
+        try waitUntil("the task granted") { try daemon.tasks().first?["state"]?.stringValue == "granted" }
+        try daemon.setState(probe.pid, "background")
+        try probe.process.wait(timeout: 5)  // killed at the deadline, still holding "upload"
+        var events: [JSON] = []
+        try waitUntil("the termination on the monitor") {
+            if let line = try monitor.readLine(timeout: 5) { events.append(try JSON.parse(line)) }
+            return events.last?["event"] == "terminated"
+        }
+        let names = events.compactMap { $0["event"]?.stringValue }
+        #expect(names.contains("taskChanged") && names.contains("taskExpired"))
+        #expect(events.contains { $0["task"]?["id"]?.intValue == id && $0["task"]?["state"] == "granted" })
+        let entry = try #require(events.last?["entry"])
+        #expect(entry["reason"] == "assertionsBeyondPermittedTime" && entry["tasks"] == .array(["upload"]))
+        let (code, table) = try daemon.ctl(["history"])
+        #expect(code == 0)
+        #expect(table.contains("terminated assertionsBeyondPermittedTime upload"))
+    }
+
+    /// `bgtaskctl run` as a backgrounded app: the command keeps running while the task is
+    /// held, gets SIGTERM at the warning, and its exit status is passed on.
+    @Test func runHoldsATaskWhileTheCommandRunsAndPassesOnItsStatus() throws {
+        let daemon = try TestDaemon(["BackgroundTimeSec=1s", "ExpirationWarningSec=400ms", "GrantLatencyMaxSec=5ms"])
+        let script = "trap 'echo got-term; exit 7' TERM; echo started; while :; do echo tick; sleep 0.02; done"
+        let run = try Spawned(Binaries.path("bgtaskctl"), ["--socket", daemon.socketPath, "run", "--name", "job",
+                                                          "--", "sh", "-c", script])
+        try run.expectLine("started")
+        try waitUntil("the task granted") { try daemon.tasks(run.pid).first?["state"]?.stringValue == "granted" }
+        #expect(try daemon.tasks(run.pid).first?["name"] == "job")
+        try daemon.setState(run.pid, "background")
+        let backgrounded = Clock.monotonicNanoseconds()
+        try run.expectLine("tick")
+        try run.expectLine("tick")  // still running in the background
+        #expect(try daemon.app(run.pid)?["phase"] == "running")
+        try run.expectLine("got-term")
+        let warnedAfter = Double(Clock.monotonicNanoseconds() - backgrounded) / 1e9
+        #expect(warnedAfter >= 0.5, "SIGTERM \(warnedAfter)s after entering the background; the warning is at 0.6s")
+        #expect(Spawned.exitCode(try run.wait(timeout: 5)) == 7)
+    }
+}
