@@ -41,9 +41,25 @@ public final class Spawned {
 
     deinit {
         if exitStatus == nil {
-            try? pidfd.send(signal: SIGKILL)
+            killTree()
             _ = try? wait(timeout: 5)
         }
+    }
+
+    /// Kills the child and every descendant (stopped first, pass after pass, so none forks
+    /// away), so no orphan outlives the test holding its output pipes.
+    public func killTree() {
+        var members: [Int32: Pidfd] = [:]
+        for _ in 0..<16 {
+            let found = ProcessTree().members(of: pidfd).filter { members[$0.pid] == nil }
+            if found.isEmpty { break }
+            for member in found {
+                try? member.send(signal: SIGSTOP)
+                members[member.pid] = member
+            }
+        }
+        for member in members.values { try? member.send(signal: SIGKILL) }
+        try? pidfd.send(signal: SIGKILL)
     }
 
     /// Sends a line to the child's stdin.
