@@ -7,7 +7,20 @@ SWIFT       ?= swift
 RUNTIME_DIR ?= $(or $(XDG_RUNTIME_DIR),/run/user/$(shell id -u))
 SOCKET      ?= $(RUNTIME_DIR)/bgtaskd/io.bgtaskd
 
-.PHONY: all deps test-deps build release run check clean
+# make install [PREFIX=/usr/local] [DESTDIR=]
+PREFIX        ?= /usr/local
+BINDIR        ?= $(PREFIX)/bin
+SBINDIR       ?= $(PREFIX)/sbin
+SYSCONFDIR    ?= /etc
+DATADIR       ?= $(PREFIX)/share
+MANDIR        ?= $(DATADIR)/man
+UNITDIR       ?= $(PREFIX)/lib/systemd/system
+USERUNITDIR   ?= $(PREFIX)/lib/systemd/user
+COMPLETIONDIR ?= $(DATADIR)/bash-completion/completions
+# Release binaries carry the Swift runtime, so they run where the toolchain is not.
+RELEASE_FLAGS ?= -c release --static-swift-stdlib
+
+.PHONY: all deps test-deps build release run check install install-files clean
 
 all: build
 
@@ -21,7 +34,7 @@ build: deps
 	$(SWIFT) build
 
 release: deps
-	$(SWIFT) build -c release
+	$(SWIFT) build $(RELEASE_FLAGS)
 
 # The daemon in the foreground on $XDG_RUNTIME_DIR/bgtaskd/io.bgtaskd; Ctrl-C stops it.
 # In another shell: export BGTASKD_SOCKET=$(SOCKET); .build/release/bgtaskctl status
@@ -29,9 +42,33 @@ run: release
 	@echo "bgtaskd on $(SOCKET) (export BGTASKD_SOCKET=$(SOCKET) for bgtaskctl)"
 	exec .build/release/bgtaskd --socket $(SOCKET)
 
+# The release build is for the systemd tests, which install it into a container.
 check: test-deps
 	$(SWIFT) build --build-tests
+	$(SWIFT) build $(RELEASE_FLAGS)
 	$(SWIFT) test
+
+install: release install-files
+
+# Copies what `release` built; the systemd tests call it directly.
+install-files:
+	install -Dm755 .build/release/bgtaskd $(DESTDIR)$(SBINDIR)/bgtaskd
+	install -Dm755 .build/release/bgtaskctl $(DESTDIR)$(BINDIR)/bgtaskctl
+	install -Dm644 systemd/bgtaskd.socket $(DESTDIR)$(UNITDIR)/bgtaskd.socket
+	install -Dm644 systemd/user/bgtaskd.socket $(DESTDIR)$(USERUNITDIR)/bgtaskd.socket
+	install -d $(DESTDIR)$(UNITDIR) $(DESTDIR)$(USERUNITDIR)
+	sed 's|@SBINDIR@|$(SBINDIR)|g; s|@BINDIR@|$(BINDIR)|g' systemd/bgtaskd.service.in > $(DESTDIR)$(UNITDIR)/bgtaskd.service
+	sed 's|@SBINDIR@|$(SBINDIR)|g; s|@BINDIR@|$(BINDIR)|g' systemd/user/bgtaskd.service.in > $(DESTDIR)$(USERUNITDIR)/bgtaskd.service
+	chmod 644 $(DESTDIR)$(UNITDIR)/bgtaskd.service $(DESTDIR)$(USERUNITDIR)/bgtaskd.service
+	@# An existing configuration is the administrator's: never overwrite it.
+	[ -e $(DESTDIR)$(SYSCONFDIR)/bgtaskd/bgtaskd.conf ] || \
+		install -Dm644 config/bgtaskd.conf $(DESTDIR)$(SYSCONFDIR)/bgtaskd/bgtaskd.conf
+	install -d $(DESTDIR)$(SYSCONFDIR)/bgtaskd/bgtaskd.conf.d
+	install -Dm644 Sources/BGTaskDaemon/io.bgtaskd.varlink $(DESTDIR)$(DATADIR)/bgtaskd/io.bgtaskd.varlink
+	install -Dm644 man/bgtaskd.8 $(DESTDIR)$(MANDIR)/man8/bgtaskd.8
+	install -Dm644 man/bgtaskctl.1 $(DESTDIR)$(MANDIR)/man1/bgtaskctl.1
+	install -Dm644 man/bgtaskd.conf.5 $(DESTDIR)$(MANDIR)/man5/bgtaskd.conf.5
+	install -Dm644 completion/bgtaskctl.bash $(DESTDIR)$(COMPLETIONDIR)/bgtaskctl
 
 clean:
 	rm -rf .build

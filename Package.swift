@@ -42,7 +42,7 @@ let package = Package(
         .testTarget(name: "BGTaskSystemTests", dependencies: ["BGTaskSystem", "TestSupport"]),
         .testTarget(
             name: "EndToEndTests",
-            dependencies: ["BGTaskSystem", "BGTaskClient", "Varlink", "TestSupport"]
+            dependencies: ["BGTaskCore", "BGTaskSystem", "BGTaskClient", "Varlink", "TestSupport"]
         ),
     ]
 )

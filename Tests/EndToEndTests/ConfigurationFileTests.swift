@@ -1,0 +1,108 @@
+import BGTaskCore
+import BGTaskSystem
+import Glibc
+import Testing
+import TestSupport
+import Varlink
+
+/// Configuration files, drop-ins and `--set` through the real binary.
+@Suite(.serialized) struct ConfigurationFileTests {
+    /// A temporary `--config` file with a `.d` directory.
+    final class ConfigFiles {
+        let directory: String
+        var main: String { directory + "/bgtaskd.conf" }
+
+        init() throws {
+            var template = Array("/tmp/bgtaskd-config-XXXXXX".utf8CString)
+            guard let made = mkdtemp(&template) else { throw Errno.current("mkdtemp") }
+            directory = String(cString: made)
+            mkdir(main + ".d", 0o755)
+        }
+
+        deinit { _ = try? Spawned("/bin/rm", ["-rf", directory]).wait(timeout: 10) }
+
+        func write(_ path: String, _ text: String) throws {
+            let fd = FileDescriptor(try systemCall("open \(path)") { open(path, O_WRONLY | O_CREAT | O_TRUNC, 0o644) })
+            try fd.writeAll(Array(text.utf8))
+        }
+    }
+
+    static func checkConfig(_ arguments: [String]) throws -> (Int32, String) {
+        let process = try Spawned(Binaries.path("bgtaskd"), arguments + ["--check-config"], standardError: .mergeIntoOutput)
+        process.closeInput()
+        let output = try process.readAll(timeout: 10)
+        return (Spawned.exitCode(try process.wait(timeout: 10)) ?? -1, output)
+    }
+
+    @Test func filesDropInsAndSetApplyInOrder() throws {
+        let files = try ConfigFiles()
+        try files.write(files.main, "[Background]\nBackgroundTimeSec=10s\nTaskAgeWarningSec=1min\n")
+        try files.write(files.main + ".d/20-b.conf", "[Background]\nExpirationWarningSec=4s\n")
+        try files.write(files.main + ".d/10-a.conf", "[Background]\nBackgroundTimeSec=20s\nExpirationWarningSec=3s\n")
+        try files.write(files.main + ".d/README", "not a .conf file, ignored\n")
+        let (code, output) = try Self.checkConfig(["--config", files.main, "--set", "BackgroundTimeSec=40s"])
+        #expect(code == 0, "\(output)")
+        let lines = Set(output.split(separator: "\n").map(String.init))
+        #expect(lines.isSuperset(of: ["BackgroundTimeSec=40s", "ExpirationWarningSec=4s", "TaskAgeWarningSec=1min",
+                                      "TransitionTimeoutSec=5s", "MaxMessageBytes=64K"]))
+    }
+
+    static let badValues = [
+        ("Background", "BackgroundTimeSec", "soon"), ("Background", "ExpirationWarningSec", "-1s"),
+        ("Background", "TransitionTimeoutSec", "5 parsecs"), ("Background", "GrantLatencyMinSec", "x"),
+        ("Background", "GrantLatencyMaxSec", ""), ("Background", "GrantLatencySeed", "-3"),
+        ("Background", "TaskAgeWarningSec", "1e3"), ("Enforcement", "SuspendMode", "sometimes"),
+        ("Enforcement", "TerminateSignal", "SIGSTOP"), ("Enforcement", "TerminateGraceSec", "later"),
+        ("Limits", "MaxApps", "0"), ("Limits", "MaxTasksPerApp", "many"), ("Limits", "MaxConnectionsPerUser", "-5"),
+        ("Limits", "MaxMessageBytes", "1T"), ("Access", "ManagerGroup", "wheel;rm -rf"),
+    ]
+
+    @Test func everyBadValueIsRejectedNamingFileAndLine() throws {
+        let files = try ConfigFiles()
+        let dropIn = files.main + ".d/50-bad.conf"
+        for (section, key, value) in Self.badValues {
+            try files.write(dropIn, "# a comment\n[\(section)]\n\n\(key)=\(value)\n")
+            let (code, output) = try Self.checkConfig(["--config", files.main])
+            #expect(code == 1, "\(key)=\(value) was accepted")
+            #expect(output.hasPrefix("bgtaskd: configuration error: \(dropIn):4: \(key): "), "\(key)=\(value): \(output)")
+        }
+        let (code, output) = try Self.checkConfig(["--set", "NoSuchKey=1"])
+        #expect(code == 1 && output.contains("--set: unknown key 'NoSuchKey'"))
+        // Every key has a bad-value case.
+        #expect(Set(Self.badValues.map(\.1)) == Set(Configuration.keys.map(\.name)))
+    }
+
+    /// Reload (Varlink and SIGHUP) with a bad file keeps the old values.
+    @Test func reloadWithABadFileKeepsTheOldValues() throws {
+        let files = try ConfigFiles()
+        try files.write(files.main, "[Background]\nBackgroundTimeSec=20s\nGrantLatencyMaxSec=5ms\n")
+        let daemon = try TestDaemon([], extraArguments: ["--config", files.main])
+        let probe = try daemon.probe()
+        _ = try probe.begin("work")
+        try waitUntil("the task granted") { try daemon.tasks().first?["state"] == "granted" }
+        func remaining() throws -> Double {
+            try daemon.setState(probe.pid, "background")
+            defer { try? daemon.setState(probe.pid, "foreground") }
+            return try daemon.app(probe.pid)?["backgroundTimeRemaining"]?.doubleValue ?? -1
+        }
+        #expect(try remaining() > 19.9)
+
+        try files.write(files.main, "[Background]\nBackgroundTimeSec=soon\n")
+        #expect(throws: (any Error).self) { try daemon.manager("Reload") }
+        let reply = try daemon.connect()
+        try reply.send(VarlinkCall(method: "io.bgtaskd.Manager.Reload"))
+        let refused = try reply.receive(timeoutMilliseconds: 5000)
+        #expect(refused.error == "io.bgtaskd.Manager.InvalidConfiguration")
+        #expect(refused.parameters["message"]?.stringValue?.hasPrefix("\(files.main):2: BackgroundTimeSec: ") == true)
+        try daemon.process.signal(SIGHUP)
+        try waitUntil("the SIGHUP refusal logged") {
+            daemon.log().filter { $0.contains("Configuration not reloaded, keeping the old one") }.count == 3  // two calls, one SIGHUP
+        }
+        #expect(try remaining() > 19.9)
+
+        try files.write(files.main, "[Background]\nBackgroundTimeSec=10s\n")
+        try daemon.manager("Reload")
+        let now = try remaining()
+        #expect(now > 9.9 && now <= 10)
+    }
+}

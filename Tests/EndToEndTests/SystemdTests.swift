@@ -1,0 +1,86 @@
+import BGTaskSystem
+import Glibc
+import Testing
+import TestSupport
+
+/// The shipped units, checked by systemd's own tools and run under a real systemd.
+@Suite(.serialized) struct SystemdTests {
+    static let repository: String = {
+        let file = #filePath
+        var parts = file.split(separator: "/", omittingEmptySubsequences: false)
+        parts.removeLast(3)  // Tests/EndToEndTests/SystemdTests.swift
+        return parts.joined(separator: "/")
+    }()
+
+    static let releaseBuilt = access(repository + "/.build/release/bgtaskd", X_OK) == 0
+    static let canBootSystemd = getuid() == 0 && access("/usr/bin/systemd-nspawn", X_OK) == 0
+        && access("/lib/systemd/systemd", X_OK) == 0
+    static let haveAnalyze = access("/usr/bin/systemd-analyze", X_OK) == 0 && access("/usr/bin/man", X_OK) == 0
+
+    /// Runs a command to completion; returns (exit code, stdout and stderr).
+    static func run(_ arguments: [String], environment: [String]? = nil, timeout: Double = 60) throws -> (Int32, String) {
+        let process = try Spawned(arguments[0], Array(arguments.dropFirst()), environment: environment,
+                                  standardError: .mergeIntoOutput)
+        process.closeInput()
+        let output = try process.readAll(timeout: timeout)
+        return (Spawned.exitCode(try process.wait(timeout: timeout)) ?? -1, output)
+    }
+
+    /// `make install-files` into a fresh prefix (units then name real binaries there).
+    static func installedPrefix() throws -> String {
+        var template = Array("/tmp/bgtaskd-prefix-XXXXXX".utf8CString)
+        guard let made = mkdtemp(&template) else { throw Errno.current("mkdtemp") }
+        let prefix = String(cString: made)
+        let (code, output) = try run(["/usr/bin/make", "-s", "-C", repository, "install-files", "PREFIX=\(prefix)",
+                                      "SYSCONFDIR=\(prefix)/etc"])
+        guard code == 0 else { throw TestFailure("make install-files failed: \(output)") }
+        return prefix
+    }
+
+    @Test(.enabled(if: releaseBuilt && haveAnalyze, "needs make release, systemd-analyze and man (make check does both)"))
+    func unitsVerifyWithoutAWord() throws {
+        let prefix = try Self.installedPrefix()
+        defer { _ = try? Self.run(["/bin/rm", "-rf", prefix]) }
+        var runtime = Array("/tmp/bgtaskd-xdg-XXXXXX".utf8CString)
+        let xdg = String(cString: mkdtemp(&runtime)!)
+        defer { rmdir(xdg) }
+        let environment = ["PATH=/usr/bin:/bin", "MANPATH=\(prefix)/share/man", "XDG_RUNTIME_DIR=\(xdg)"]
+        let system = try Self.run(["/usr/bin/systemd-analyze", "verify", prefix + "/lib/systemd/system/bgtaskd.socket",
+                                   prefix + "/lib/systemd/system/bgtaskd.service"], environment: environment)
+        #expect(system.0 == 0 && system.1.isEmpty, "systemd-analyze verify said: \(system.1)")
+        let user = try Self.run(["/usr/bin/systemd-analyze", "verify", "--user", prefix + "/lib/systemd/user/bgtaskd.socket",
+                                 prefix + "/lib/systemd/user/bgtaskd.service"], environment: environment)
+        #expect(user.0 == 0 && user.1.isEmpty, "systemd-analyze verify --user said: \(user.1)")
+    }
+
+    @Test(.enabled(if: releaseBuilt && haveAnalyze, "needs make release and systemd-analyze (make check does both)"))
+    func securityExposureIsAtMostTwoPointFive() throws {
+        let prefix = try Self.installedPrefix()
+        defer { _ = try? Self.run(["/bin/rm", "-rf", prefix]) }
+        let (_, output) = try Self.run(["/usr/bin/systemd-analyze", "security", "--offline=true", "--no-pager",
+                                        prefix + "/lib/systemd/system/bgtaskd.service"])
+        let line = try #require(output.split(separator: "\n").first { $0.contains("Overall exposure level") })
+        let words = line.split(separator: " ")
+        let index = try #require(words.firstIndex { $0.hasSuffix("bgtaskd.service:") })
+        let exposure = try #require(Double(words[index + 1]))
+        #expect(exposure <= 2.5, "\(line)")
+    }
+
+    static let containerChecks = [
+        "not-running-before-first-client", "ctl-status-activates", "running-after-first-client", "status-line",
+        "reload-keeps-clients", "reload-applies-background-time", "monitor-still-served-after-reload",
+        "bad-reload-refused", "journal-fields", "watchdog-restart", "ctl-status-after-restart", "watchdog-logged",
+    ]
+
+    /// Socket activation, STATUS=, reload, watchdog, journal fields and bgtaskctl under
+    /// systemd 252 in a container (Tests/systemd/checks.sh says how each is checked).
+    @Test(.enabled(if: releaseBuilt && canBootSystemd, "needs root, systemd-nspawn and make release"))
+    func underARealSystemd() throws {
+        let (code, output) = try Self.run(["/bin/bash", Self.repository + "/Tests/systemd/container-test.sh"], timeout: 200)
+        let lines = output.split(separator: "\n").map(String.init)
+        for check in Self.containerChecks {
+            #expect(lines.contains("ok \(check)"), "\(check): \(lines.first { $0.contains(" \(check)") } ?? "missing")")
+        }
+        #expect(code == 0 && lines.last == "done", "\(output)")
+    }
+}

@@ -1,0 +1,105 @@
+#!/bin/bash
+# Runs inside the container (see container-test.sh) as a oneshot unit, as root.
+# Every wait is a bounded poll; each check appends "ok NAME" or "fail NAME: why".
+out=/out/results
+: > "$out"
+ctl=/opt/bgtaskd/bin/bgtaskctl
+export BGTASKD_SOCKET=/run/bgtaskd/io.bgtaskd
+ok() { echo "ok $1" >> "$out"; }
+fail() { echo "fail $1: $2" >> "$out"; }
+# until SECONDS COMMAND...: polls every 50 ms until COMMAND succeeds or SECONDS pass.
+until_true() {
+    local limit=$(( $1 * 20 )); shift
+    for _ in $(seq "$limit"); do "$@" >/dev/null 2>&1 && return 0; sleep 0.05; done
+    return 1
+}
+main_pid() { systemctl show -p MainPID --value bgtaskd.service; }
+
+# Socket activation: nothing runs until the first client connects.
+state=$(systemctl is-active bgtaskd.service)
+if [ "$state" = inactive ] && [ "$(systemctl is-active bgtaskd.socket)" = active ]; then
+    ok not-running-before-first-client
+else
+    fail not-running-before-first-client "service is $state"
+fi
+
+if status_out=$("$ctl" status 2>&1) && echo "$status_out" | grep -q '^bgtaskd 0.1.0 on '; then
+    ok ctl-status-activates
+else
+    fail ctl-status-activates "$status_out"
+fi
+[ "$(systemctl is-active bgtaskd.service)" = active ] && ok running-after-first-client \
+    || fail running-after-first-client "$(systemctl is-active bgtaskd.service)"
+
+# STATUS= shows in systemctl status.
+if until_true 5 sh -c 'systemctl status bgtaskd.service | grep -q "Status: \"0 apps (0 background, 0 suspended), 0 tasks\""'; then
+    ok status-line
+else
+    fail status-line "$(systemctl status bgtaskd.service | grep -i status: | head -1)"
+fi
+
+# Reload applies a new BackgroundTimeSec without dropping a connected client.
+"$ctl" --json monitor > /tmp/monitor.log 2>&1 &
+monitor=$!
+until_true 5 grep -q monitoring /tmp/monitor.log
+mkdir -p /etc/bgtaskd/bgtaskd.conf.d
+printf '[Background]\nBackgroundTimeSec=7s\n' > /etc/bgtaskd/bgtaskd.conf.d/50-test.conf
+pid_before=$(main_pid)
+if systemctl reload bgtaskd.service && [ "$(main_pid)" = "$pid_before" ] && kill -0 "$monitor"; then
+    ok reload-keeps-clients
+else
+    fail reload-keeps-clients "reload failed, restarted, or the monitor was dropped"
+fi
+"$ctl" run --name held -- sleep 60 &
+holder=$!
+until_true 5 sh -c "\"$ctl\" --no-legend tasks | grep -q ' held granted '"
+remaining=$("$ctl" --json background "$holder" | sed -n 's/.*"backgroundTimeRemaining":\([0-9.]*\).*/\1/p')
+# (No awk here: it is an /etc/alternatives link, and this /etc is empty.)
+milliseconds=$(printf '%.0f' "${remaining:-0}e3")
+if [ "$milliseconds" -gt 6000 ] && [ "$milliseconds" -le 7000 ]; then
+    ok reload-applies-background-time
+else
+    fail reload-applies-background-time "backgroundTimeRemaining=$remaining, expected 7s"
+fi
+if until_true 5 grep -q "\"pid\":$holder" /tmp/monitor.log; then
+    ok monitor-still-served-after-reload
+else
+    fail monitor-still-served-after-reload "no event for pid $holder"
+fi
+
+# A bad configuration is refused and the old one kept.
+printf '[Background]\nBackgroundTimeSec=soon\n' > /etc/bgtaskd/bgtaskd.conf.d/60-bad.conf
+if ! systemctl reload bgtaskd.service 2>/dev/null && [ "$(systemctl is-active bgtaskd.service)" = active ] \
+   && journalctl -u bgtaskd.service --no-pager | grep -q '60-bad.conf:2: BackgroundTimeSec'; then
+    ok bad-reload-refused
+else
+    fail bad-reload-refused "$(journalctl -u bgtaskd.service --no-pager | tail -3 | tr '\n' ' ')"
+fi
+rm /etc/bgtaskd/bgtaskd.conf.d/60-bad.conf
+
+# The journal gets structured fields for a termination.
+"$ctl" terminate "$holder"
+wait "$holder" 2>/dev/null
+fields() { journalctl -u bgtaskd.service BGTASKD_EVENT=appTerminated -o export --no-pager; }
+if until_true 5 sh -c "journalctl -u bgtaskd.service BGTASKD_EVENT=appTerminated -o export --no-pager | grep -q '^BGTASKD_PID=$holder\$'" \
+   && fields | grep -q '^BGTASKD_REASON=manager$' && fields | grep -q '^BGTASKD_COMMAND=bgtaskctl$' \
+   && fields | grep -q '^MESSAGE_ID=' && fields | grep -q '^PRIORITY=4$'; then
+    ok journal-fields
+else
+    fail journal-fields "$(fields | grep -E '^(MESSAGE|BGTASKD_)' | tr '\n' ' ')"
+fi
+
+# A daemon that stops answering is restarted by the watchdog.
+stuck=$(main_pid)
+kill -STOP "$stuck"
+if until_true 20 sh -c "[ \"\$(systemctl show -p MainPID --value bgtaskd.service)\" != $stuck ] && [ \"\$(systemctl show -p MainPID --value bgtaskd.service)\" != 0 ] && systemctl is-active -q bgtaskd.service" \
+   && [ "$(systemctl show -p NRestarts --value bgtaskd.service)" -ge 1 ]; then
+    ok watchdog-restart
+else
+    fail watchdog-restart "MainPID=$(main_pid) NRestarts=$(systemctl show -p NRestarts --value bgtaskd.service)"
+fi
+if "$ctl" status >/dev/null 2>&1; then ok ctl-status-after-restart; else fail ctl-status-after-restart "no answer"; fi
+journalctl -u bgtaskd.service --no-pager | grep -q 'Watchdog timeout' && ok watchdog-logged || fail watchdog-logged "no watchdog line"
+
+kill "$monitor" 2>/dev/null
+echo done >> "$out"

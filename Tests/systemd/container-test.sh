@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Boots a real systemd in a throw-away container (systemd-nspawn --volatile=yes: the host's
+# /usr read-only, an empty /etc) with bgtaskd installed from this tree, runs checks.sh in it
+# as a oneshot unit, and prints the results: one line per check, "ok NAME" or
+# "fail NAME: why". Needs root and the release binaries (make release).
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+work=$(mktemp -d /tmp/bgtaskd-nspawn-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+make -s -C "$repo" install-files DESTDIR="$work/dest" PREFIX=/opt/bgtaskd SYSCONFDIR=/opt/bgtaskd/etc >/dev/null
+install -m755 "$repo/Tests/systemd/checks.sh" "$work/dest/opt/bgtaskd/checks.sh"
+
+units=$work/units
+mkdir -p "$units/sockets.target.wants" "$units/multi-user.target.wants" "$units/bgtaskd.service.d" "$work/out"
+cp "$work/dest/opt/bgtaskd/lib/systemd/system/bgtaskd.socket" "$work/dest/opt/bgtaskd/lib/systemd/system/bgtaskd.service" "$units/"
+ln -s ../bgtaskd.socket "$units/sockets.target.wants/bgtaskd.socket"
+# Only the watchdog is sped up for the test; everything else is the shipped unit.
+printf '[Service]\nWatchdogSec=1s\nTimeoutAbortSec=1s\n' > "$units/bgtaskd.service.d/50-test.conf"
+cat > "$units/bgtaskd-checks.service" <<'UNIT'
+[Unit]
+Description=bgtaskd checks
+After=multi-user.target
+[Service]
+Type=oneshot
+ExecStart=/opt/bgtaskd/checks.sh
+ExecStopPost=/bin/systemctl --no-block poweroff
+UNIT
+ln -s ../bgtaskd-checks.service "$units/multi-user.target.wants/bgtaskd-checks.service"
+
+status=0
+timeout 150 systemd-nspawn --register=no --keep-unit --volatile=yes -D / --machine="bgtaskd-test-$$" \
+    --bind="$work/out:/out" --bind-ro="$units:/etc/systemd/system" --bind-ro="$work/dest/opt/bgtaskd:/opt/bgtaskd" \
+    /bin/sh -c 'exec /lib/systemd/systemd --system systemd.firstboot=off' </dev/null >"$work/nspawn.log" 2>&1 || status=$?
+if [ ! -s "$work/out/results" ]; then
+    echo "fail container: no results (systemd-nspawn exited $status)"
+    tail -30 "$work/nspawn.log" | sed 's/^/  | /'
+    exit 1
+fi
+cat "$work/out/results"

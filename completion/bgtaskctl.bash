@@ -1,0 +1,26 @@
+# bash completion for bgtaskctl
+_bgtaskctl() {
+    local cur prev verbs
+    cur=${COMP_WORDS[COMP_CWORD]}
+    prev=${COMP_WORDS[COMP_CWORD-1]}
+    verbs="status apps tasks history monitor background foreground terminate reload run"
+    case $prev in
+        --socket) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        background|foreground|terminate|tasks)
+            COMPREPLY=($(compgen -W "$(ps -e -o pid= 2>/dev/null)" -- "$cur")); return ;;
+        run) COMPREPLY=($(compgen -W "--name --" -- "$cur")); return ;;
+    esac
+    local word
+    for word in "${COMP_WORDS[@]:1:COMP_CWORD-1}"; do
+        if [[ " $verbs " == *" $word "* ]]; then
+            [[ $word == run ]] && COMPREPLY=($(compgen -c -- "$cur"))
+            return
+        fi
+    done
+    if [[ $cur == -* ]]; then
+        COMPREPLY=($(compgen -W "--socket --json --no-legend --help --version" -- "$cur"))
+    else
+        COMPREPLY=($(compgen -W "$verbs" -- "$cur"))
+    fi
+}
+complete -F _bgtaskctl bgtaskctl
