@@ -10,6 +10,7 @@ let package = Package(
         .executable(name: "bgtaskd", targets: ["bgtaskd"]),
         .executable(name: "bgtaskctl", targets: ["bgtaskctl"]),
         .library(name: "BGTaskClient", targets: ["BGTaskClient"]),
+        .executable(name: "bgtask-example", targets: ["bgtask-example"]),
     ],
     targets: [
         .systemLibrary(
@@ -35,6 +36,10 @@ let package = Package(
         .executableTarget(name: "bgtaskctl", dependencies: ["BGTaskClient"]),
         // A scriptable app for end-to-end tests: line commands on stdin, JSON lines out.
         .executableTarget(name: "bgtask-probe", dependencies: ["BGTaskClient"]),
+        // The same, through the UIKit-like library.
+        .executableTarget(name: "bgtask-libprobe", dependencies: ["BGTaskClient"]),
+        // The example app of the README: the whole background cycle.
+        .executableTarget(name: "bgtask-example", dependencies: ["BGTaskClient"]),
         // Spawning and waiting helpers shared by the system and end-to-end tests.
         .target(name: "TestSupport", dependencies: ["BGTaskSystem"], path: "Tests/TestSupport"),
         .testTarget(name: "BGTaskCoreTests", dependencies: ["BGTaskCore"]),

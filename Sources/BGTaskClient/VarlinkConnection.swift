@@ -99,7 +99,10 @@ public final class VarlinkConnection {
                 throw ClientError(.protocolError, "bgtaskd sent an oversized reply")
             }
             do {
-                if timeoutMilliseconds >= 0, try !socket.waitReadable(timeoutMilliseconds: timeoutMilliseconds) {
+                if timeoutMilliseconds >= 0, try !socket.waitReadable(timeoutMilliseconds: timeoutMilliseconds),
+                   // The caller may have been stopped (its own call can suspend its app) and
+                   // resumed after the deadline with the reply waiting: look once more.
+                   try !socket.waitReadable(timeoutMilliseconds: 0) {
                     throw ClientError(.timedOut, "no reply from bgtaskd within \(timeoutMilliseconds) ms")
                 }
                 let bytes = try socket.read(upTo: 65536)

@@ -24,11 +24,16 @@ final class TestDaemon {
     /// The daemon's stderr: one `<priority>message` line per log record.
     let logPath: String
 
-    /// Starts the daemon with `--set` assignments and waits until it answers.
-    init(_ settings: [String] = [], extraArguments: [String] = []) throws {
-        var template = Array("/tmp/bgtaskd-test-XXXXXX".utf8CString)
-        guard let made = mkdtemp(&template) else { throw Errno.current("mkdtemp") }
-        directory = String(cString: made)
+    /// Starts the daemon with `--set` assignments and waits until it answers; in `directory`
+    /// (to restart on the same socket) or a fresh temporary one.
+    init(_ settings: [String] = [], extraArguments: [String] = [], directory reused: String? = nil) throws {
+        if let reused {
+            directory = reused
+        } else {
+            var template = Array("/tmp/bgtaskd-test-XXXXXX".utf8CString)
+            guard let made = mkdtemp(&template) else { throw Errno.current("mkdtemp") }
+            directory = String(cString: made)
+        }
         chmod(directory, 0o755)  // so a test can connect as another user
         socketPath = directory + "/io.bgtaskd"
         let arguments = ["--socket", socketPath] + settings.flatMap { ["--set", $0] } + extraArguments
@@ -103,8 +108,8 @@ final class Probe {
     /// Every line seen so far, parsed.
     private(set) var lines: [JSON] = []
 
-    init(daemon: TestDaemon) throws {
-        process = try Spawned(Binaries.path("bgtask-probe"), ["--socket", daemon.socketPath])
+    init(daemon: TestDaemon, binary: String = "bgtask-probe") throws {
+        process = try Spawned(Binaries.path(binary), ["--socket", daemon.socketPath])
         _ = try next { $0["ready"] != nil }
     }
 

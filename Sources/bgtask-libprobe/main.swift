@@ -1,0 +1,124 @@
+// bgtask-libprobe: an app built on BackgroundApplication, scripted by end-to-end tests.
+//
+// Commands on stdin, one JSON object per line on stdout:
+//   begin NAME [keep]      beginBackgroundTask; its handler reports, then ends the task
+//                          (with "keep" it does not end it)        → {"begin": ID}
+//   end ID                 endBackgroundTask                      → {"end": ID}
+//   on-background NAME     the delegate begins NAME in applicationDidEnterBackground
+//   remaining              → {"remaining": SECONDS or "max", "state": ...}
+//   connected              → {"connected": BOOL}
+//   with-task NAME         withBackgroundTask running until cancelled → {"withTask": ...}
+//   stress THREADS COUNT   begin+end COUNT times on each of THREADS threads → {"stress": {...}}
+//   exit
+// Events: {"delegate": ...}, {"notification": ...}, {"expired": ID, "reason": ...}.
+import BGTaskClient
+import Foundation
+import Varlink
+
+func emit(_ object: [String: JSON]) {
+    FileHandle.standardOutput.write(Data((JSON.object(object).serialized + "\n").utf8))
+}
+
+final class Delegate: BackgroundApplicationDelegate, @unchecked Sendable {
+    var taskOnBackground: String?
+
+    func applicationDidEnterBackground(_ application: BackgroundApplication) {
+        emit(["delegate": "didEnterBackground"])
+        if let name = taskOnBackground { begin(name, keep: false, in: application) }
+    }
+
+    func applicationWillEnterForeground(_ application: BackgroundApplication) {
+        emit(["delegate": "willEnterForeground"])
+    }
+}
+
+func begin(_ name: String, keep: Bool, in app: BackgroundApplication) {
+    let id = Locked(BackgroundTaskIdentifier.invalid)
+    let begun = app.beginBackgroundTask(withName: name) { (reason: ExpirationReason) in
+        let task = id.get()
+        var reasonText: String
+        switch reason {
+        case .backgroundTimeExpiring: reasonText = "expiring"
+        case .backgroundTimeExpired: reasonText = "expired"
+        case let .denied(why): reasonText = "denied:" + why
+        case .daemonUnavailable: reasonText = "daemonUnavailable"
+        }
+        emit(["expired": .int(Int64(task.rawValue)), "reason": .string(reasonText)])
+        if !keep { app.endBackgroundTask(task) }
+    }
+    id.set(begun)
+    emit(["begin": .int(Int64(begun.rawValue)), "name": .string(name)])
+}
+
+final class Locked<Value>: @unchecked Sendable {
+    private var value: Value
+    private let lock = NSLock()
+    init(_ value: Value) { self.value = value }
+    func get() -> Value { lock.lock(); defer { lock.unlock() }; return value }
+    func set(_ new: Value) { lock.lock(); value = new; lock.unlock() }
+    func update(_ change: (inout Value) -> Void) { lock.lock(); change(&value); lock.unlock() }
+}
+
+let arguments = CommandLine.arguments
+let socket = arguments.count > 2 && arguments[1] == "--socket" ? arguments[2] : nil
+let queue = DispatchQueue(label: "handlers")
+BackgroundApplication.logHandler = { line in emit(["log": .string(line)]) }
+let app: BackgroundApplication
+do {
+    app = try BackgroundApplication(socketPath: socket, queue: queue)
+} catch {
+    emit(["error": .string("\(error)")])
+    exit(1)
+}
+let delegate = Delegate()
+app.delegate = delegate
+for name in [BackgroundApplication.didEnterBackgroundNotification, BackgroundApplication.willEnterForegroundNotification] {
+    _ = NotificationCenter.default.addObserver(forName: name, object: nil, queue: nil) { note in
+        emit(["notification": .string(note.name.rawValue)])
+    }
+}
+emit(["ready": .int(Int64(getpid()))])
+
+while let line = readLine() {
+    let words = line.split(separator: " ").map(String.init)
+    switch words.first {
+    case "begin"?: begin(words.count > 1 ? words[1] : "", keep: words.count > 2 && words[2] == "keep", in: app)
+    case "end"?:
+        app.endBackgroundTask(BackgroundTaskIdentifier(rawValue: Int(words.count > 1 ? words[1] : "") ?? 0))
+        emit(["end": .int(Int64(words.count > 1 ? words[1] : "") ?? 0)])
+    case "on-background"?: queue.sync { delegate.taskOnBackground = words.count > 1 ? words[1] : "handler" }
+    case "remaining"?:
+        let left = app.backgroundTimeRemaining
+        emit(["remaining": left == .greatestFiniteMagnitude ? "max" : .double(left), "state": .string(app.applicationState)])
+    case "connected"?: emit(["connected": .bool(app.isConnected)])
+    case "with-task"?:
+        let name = words.count > 1 ? words[1] : "scoped"
+        Task.detached {  // not on the main actor: its thread is busy reading stdin
+            do {
+                let result = try await app.withBackgroundTask(named: name) { () async throws -> String in
+                    emit(["withTask": "running"])
+                    while true { try await Task.sleep(for: .milliseconds(10)) }  // the work, until cancelled
+                }
+                emit(["withTask": .string(result)])
+            } catch is CancellationError {
+                emit(["withTask": "cancelled"])
+            } catch {
+                emit(["withTask": .string("error: \(error)")])
+            }
+        }
+    case "stress"?:
+        let threads = Int(words.count > 1 ? words[1] : "") ?? 8
+        let count = Int(words.count > 2 ? words[2] : "") ?? 100
+        let begun = Locked(0), invalid = Locked(0)
+        DispatchQueue.concurrentPerform(iterations: threads) { _ in
+            for _ in 0..<count {
+                let id = app.beginBackgroundTask(withName: "stress", expirationHandler: nil)
+                if id == .invalid { invalid.update { $0 += 1 } } else { begun.update { $0 += 1 } }
+                app.endBackgroundTask(id)
+            }
+        }
+        emit(["stress": .object(["begun": .int(Int64(begun.get())), "invalid": .int(Int64(invalid.get()))])])
+    case "exit"?: exit(0)
+    default: emit(["error": .string("unknown command '\(line)'")])
+    }
+}

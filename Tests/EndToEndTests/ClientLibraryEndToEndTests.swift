@@ -1,0 +1,157 @@
+import BGTaskSystem
+import Glibc
+import Testing
+import TestSupport
+import Varlink
+
+/// BackgroundApplication, in a child app (`bgtask-libprobe`) against the real daemon.
+@Suite(.serialized) struct ClientLibraryEndToEndTests {
+    static let budget = ["BackgroundTimeSec=1s", "ExpirationWarningSec=400ms", "TransitionTimeoutSec=400ms",
+                         "GrantLatencyMinSec=5ms", "GrantLatencyMaxSec=20ms"]
+
+    func app(_ daemon: TestDaemon) throws -> Probe { try Probe(daemon: daemon, binary: "bgtask-libprobe") }
+
+    func begin(_ app: Probe, _ command: String) throws -> Int64 {
+        try app.send(command)
+        return try #require(try app.next { $0["begin"] != nil }["begin"]?.intValue)
+    }
+
+    func granted(_ daemon: TestDaemon, _ id: Int64) throws {
+        try waitUntil("task \(id) granted") {
+            try daemon.tasks().contains { $0["id"]?.intValue == id && $0["state"] == "granted" }
+        }
+    }
+
+    @Test func grantAndEnd() throws {
+        let daemon = try TestDaemon(Self.budget)
+        let app = try app(daemon)
+        let id = try begin(app, "begin upload")
+        #expect(id > 0)
+        try granted(daemon, id)
+        #expect(try daemon.tasks().first?["expirationHandler"] == true)
+        try app.send("end \(id)")
+        _ = try app.next { $0["end"] != nil }
+        #expect(try daemon.tasks().isEmpty)
+        try app.send("end \(id)")  // idempotent: only logs
+        let log = try app.next { $0["log"] != nil }
+        #expect(log["log"]?.stringValue?.hasPrefix("Can't end background task \(id)") == true)
+    }
+
+    @Test func handlerRunsOnceOnTheWarningAndTheAppIsSuspendedAfterItEndsTheTask() throws {
+        let daemon = try TestDaemon(Self.budget)
+        let app = try app(daemon)
+        let id = try begin(app, "begin sync")
+        try granted(daemon, id)
+        try daemon.setState(app.pid, "background")
+        let expired = try app.next { $0["expired"] != nil }
+        #expect(expired["expired"]?.intValue == id && expired["reason"] == "expiring")
+        try waitUntil("the app suspended") { processState(app.pid) == "T" }
+        #expect(try daemon.history().last?["reason"] == "tasksEnded")
+        try daemon.setState(app.pid, "foreground")
+        try app.send("remaining")
+        _ = try app.next { $0["remaining"] != nil }
+        #expect(app.lines.filter { $0["expired"] != nil }.count == 1)
+    }
+
+    @Test func handlerRunsWhenALateRequestIsDenied() throws {
+        let daemon = try TestDaemon(["TransitionTimeoutSec=300ms", "GrantLatencyMinSec=600ms", "GrantLatencyMaxSec=600ms"])
+        let app = try app(daemon)
+        try app.send("on-background late")
+        try daemon.setState(app.pid, "background")
+        // The delegate began "late"; the library waited for its grant until just before the
+        // transition deadline, then reported the transition: denied, suspended.
+        try waitUntil("the app suspended", timeout: 3) { processState(app.pid) == "T" }
+        #expect(try daemon.history().last?["reason"] == "transitionFinished")
+        try daemon.setState(app.pid, "foreground")
+        let expired = try app.next { $0["expired"] != nil }
+        #expect(expired["reason"] == "denied:suspendedBeforeGrant")
+    }
+
+    @Test func handlerThatDoesNotEndTheTaskGetsTheProcessKilled() throws {
+        let daemon = try TestDaemon(Self.budget)
+        let app = try app(daemon)
+        let id = try begin(app, "begin stubborn keep")
+        try granted(daemon, id)
+        try daemon.setState(app.pid, "background")
+        #expect(try app.next { $0["expired"] != nil }["reason"] == "expiring")
+        #expect(Spawned.terminatingSignal(try app.process.wait(timeout: 5)) == SIGKILL)
+        #expect(try daemon.history().last?["reason"] == "assertionsBeyondPermittedTime")
+    }
+
+    @Test func backgroundTimeRemainingInBothStates() throws {
+        let daemon = try TestDaemon(["BackgroundTimeSec=30s", "GrantLatencyMaxSec=5ms"])
+        let app = try app(daemon)
+        try app.send("remaining")
+        let foreground = try app.next { $0["remaining"] != nil }
+        #expect(foreground["remaining"] == "max" && foreground["state"] == "foreground")
+        let id = try begin(app, "begin hold")
+        try granted(daemon, id)
+        try daemon.setState(app.pid, "background")
+        _ = try app.next { $0["delegate"] == "didEnterBackground" }
+        try app.send("remaining")
+        let background = try app.next { $0["remaining"] != nil }
+        let left = try #require(background["remaining"]?.doubleValue)
+        #expect(left > 25 && left <= 30, "remaining \(left)")
+        #expect(background["state"] == "background")
+    }
+
+    @Test func delegateAndNotificationsFollowTheLifecycle() throws {
+        let daemon = try TestDaemon(Self.budget)
+        let app = try app(daemon)
+        try daemon.setState(app.pid, "background")
+        try waitUntil("the app suspended after its delegate returned") { processState(app.pid) == "T" }
+        try daemon.setState(app.pid, "foreground")
+        _ = try app.next { $0["notification"] == "BackgroundApplicationWillEnterForeground" }
+        let lifecycle = app.lines.compactMap { $0["delegate"]?.stringValue ?? $0["notification"]?.stringValue }
+        #expect(lifecycle == ["didEnterBackground", "BackgroundApplicationDidEnterBackground",
+                              "willEnterForeground", "BackgroundApplicationWillEnterForeground"])
+    }
+
+    @Test func withBackgroundTaskIsCancelledWhenTimeExpiresAndAlwaysEnds() throws {
+        let daemon = try TestDaemon(Self.budget)
+        let app = try app(daemon)
+        try app.send("with-task scoped")
+        _ = try app.next { $0["withTask"] == "running" }
+        try waitUntil("the scoped task granted") { try daemon.tasks().first?["state"] == "granted" }
+        #expect(try daemon.tasks().first?["name"] == "scoped")
+        try daemon.setState(app.pid, "background")
+        try waitUntil("the app suspended once the task ended") { processState(app.pid) == "T" }
+        #expect(try daemon.tasks().isEmpty)
+        #expect(try daemon.history().last?["reason"] == "tasksEnded")
+        try daemon.setState(app.pid, "foreground")
+        _ = try app.next { $0["withTask"] == "cancelled" }
+    }
+
+    @Test func reconnectsAfterTheDaemonIsKilledAndRestarted() throws {
+        let first = try TestDaemon(Self.budget)
+        let app = try app(first)
+        let id = try begin(app, "begin held")
+        try granted(first, id)
+        try first.process.signal(SIGKILL)
+        try first.process.wait(timeout: 5)
+        let gone = try app.next { $0["expired"] != nil }
+        #expect(gone["expired"]?.intValue == id && gone["reason"] == "daemonUnavailable")
+        // While disconnected, calls fail at once.
+        #expect(try begin(app, "begin nowhere") == 0)
+        let daemon = try TestDaemon(Self.budget, directory: first.directory)  // same socket path
+        try waitUntil("the library reconnected") {
+            try app.send("connected")
+            return try app.next { $0["connected"] != nil }["connected"] == true
+        }
+        let again = try begin(app, "begin again")
+        #expect(again > 0)
+        try granted(daemon, again)
+        try daemon.setState(app.pid, "background")
+        _ = try app.next { $0["delegate"] == "didEnterBackground" }  // resubscribed
+    }
+
+    @Test func concurrentBeginAndEndFromManyThreads() throws {
+        let daemon = try TestDaemon(["GrantLatencyMaxSec=1ms"])
+        let app = try app(daemon)
+        try app.send("stress 16 50")
+        let stress = try app.next(timeout: 60) { $0["stress"] != nil }["stress"]
+        #expect(stress?["begun"] == 800 && stress?["invalid"] == 0)
+        #expect(try daemon.tasks().isEmpty)
+        #expect(!app.lines.contains { $0["log"] != nil }, "\(app.lines.filter { $0["log"] != nil })")
+    }
+}
