@@ -42,6 +42,9 @@ let package = Package(
         .executableTarget(name: "bgtask-example", dependencies: ["BGTaskClient"]),
         // Spawning and waiting helpers shared by the system and end-to-end tests.
         .target(name: "TestSupport", dependencies: ["BGTaskSystem"], path: "Tests/TestSupport"),
+        // The benchmark and its tiny C app (10,000 of them must fit in memory).
+        .executableTarget(name: "bgtaskd-bench", dependencies: ["BGTaskClient", "BGTaskSystem", "Varlink"]),
+        .executableTarget(name: "bgtask-bench-app"),
         .testTarget(name: "BGTaskCoreTests", dependencies: ["BGTaskCore"]),
         .testTarget(name: "VarlinkTests", dependencies: ["Varlink"]),
         .testTarget(name: "BGTaskSystemTests", dependencies: ["BGTaskSystem", "TestSupport"]),

@@ -49,7 +49,7 @@ public enum DaemonSocket {
 public final class VarlinkConnection {
     public let path: String
     let socket: FileDescriptor
-    var framer = VarlinkFramer(maximumMessageBytes: 16 << 20)
+    var framer = VarlinkFramer(maximumMessageBytes: 1 << 30)  // ListTasks of a busy daemon is large
 
     /// Connects to the daemon's socket at `path`.
     public init(path: String) throws(ClientError) {

@@ -47,6 +47,9 @@ final class Connection {
     /// gone or too far behind, in which case the caller must close the connection.
     func send(_ reply: VarlinkReply) -> Bool {
         guard !isClosed else { return false }
+        // The bound is on the backlog the peer left unread, so one large reply (ListTasks
+        // with 100,000 tasks) still goes through.
+        if pendingOutputBytes > Self.maximumPendingOutput { return false }
         reply.json.write(to: &output)
         output.append(0)
         return flush()
@@ -70,7 +73,6 @@ final class Connection {
             source?.setIOEvents(IOEvents.readable)
             return true
         }
-        if pendingOutputBytes > Self.maximumPendingOutput { return false }
         source?.setIOEvents(IOEvents.readable | IOEvents.writable)
         return true
     }

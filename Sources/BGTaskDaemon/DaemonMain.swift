@@ -28,6 +28,7 @@ public enum DaemonMain {
             print(configuration.rendered(), terminator: "")
             return 0
         }
+        raiseDescriptorLimit()
         do {
             let (listener, path) = try openListener(options)
             let daemon = try Daemon(options: options, configuration: configuration, listener: listener, socketPath: path)
@@ -57,6 +58,15 @@ public enum DaemonMain {
         return (try UnixSocket.listen(path: path), path)
     }
 
+    /// One pidfd per app and task owner, one descriptor per connection: the default soft
+    /// limit of 1024 is far below MaxApps, so take the hard limit.
+    static func raiseDescriptorLimit() {
+        var limit = rlimit()
+        guard getrlimit(RLIMIT_NOFILE_VALUE, &limit) == 0, limit.rlim_cur < limit.rlim_max else { return }
+        limit.rlim_cur = limit.rlim_max
+        _ = setrlimit(RLIMIT_NOFILE_VALUE, &limit)
+    }
+
     static func makeDirectories(_ path: String) throws(Errno) {
         var prefix = ""
         for component in path.split(separator: "/") {
@@ -70,3 +80,6 @@ public enum DaemonMain {
         _ = bytes.withUnsafeBytes { write(2, $0.baseAddress, $0.count) }
     }
 }
+
+/// `RLIMIT_NOFILE`, typed as `setrlimit` wants it on glibc.
+let RLIMIT_NOFILE_VALUE = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)

@@ -197,7 +197,7 @@ final class Enforcer {
     /// The app's processes, each held by a pidfd; empty once its own process is gone.
     func members(of app: ProcessIdentity) -> [Pidfd] {
         guard let root = root(app) else { return [] }
-        return ProcessTree().members(of: root).filter { $0.pid != ownPID }
+        return ProcessTree.members(of: root).filter { $0.pid != ownPID }
     }
 
     /// Stops every process of the app, pass after pass until no new one appears (a stopped

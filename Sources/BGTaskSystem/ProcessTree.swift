@@ -1,42 +1,23 @@
 import Glibc
 
-/// A snapshot of every process, from `/proc/*/stat`, to find an app's descendants.
-public struct ProcessTree {
-    /// Every process by pid, at the time of the snapshot.
-    public let processes: [Int32: ProcStat]
-    private let children: [Int32: [Int32]]
-
-    /// Reads `/proc`. Processes that exit while it is read are simply missing.
-    public init() {
-        var processes: [Int32: ProcStat] = [:]
-        if let dir = opendir("/proc") {
-            defer { closedir(dir) }
-            while let entry = readdir(dir) {
-                let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                    String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
-                }
-                guard let pid = Int32(name), let stat = try? ProcStat.read(pid: pid) else { continue }
-                processes[pid] = stat
-            }
-        }
-        var children: [Int32: [Int32]] = [:]
-        for stat in processes.values { children[stat.parentPID, default: []].append(stat.pid) }
-        self.processes = processes
-        self.children = children
-    }
-
+/// Finding an app's processes: its own process and every descendant.
+public enum ProcessTree {
     /// The process held by `root` and all its descendants, each held by a pidfd, parents
     /// before children. Membership never rests on a pid or start time alone (start times tick
     /// at 10 ms, so a pid recycled within a tick looks the same): a child counts only if,
     /// with its own pidfd open, `/proc` names it the child of a member whose pidfd is still
     /// alive. Empty when `root` has exited.
-    public func members(of root: Pidfd) -> [Pidfd] {
+    ///
+    /// Children come from `/proc/PID/task/TID/children` (cost proportional to the tree), or,
+    /// where the kernel lacks those files, from one scan of every `/proc/*/stat`.
+    public static func members(of root: Pidfd) -> [Pidfd] {
         guard !root.hasExited else { return [] }
+        let scan: [Int32: [Int32]]? = supportsChildrenFiles ? nil : scanParents()
         var result = [root]
         var index = 0
         while index < result.count {
             let parent = result[index]
-            for child in children[parent.pid] ?? [] where child > 1 {
+            for child in (scan?[parent.pid] ?? children(of: parent.pid)) where child > 1 {
                 guard let pidfd = try? Pidfd.open(pid: child),
                       let stat = try? ProcStat.read(pid: child), stat.parentPID == parent.pid,
                       !parent.hasExited, !pidfd.hasExited else { continue }
@@ -45,5 +26,44 @@ public struct ProcessTree {
             index += 1
         }
         return result
+    }
+
+    /// Whether `/proc/PID/task/TID/children` exists (`CONFIG_PROC_CHILDREN`).
+    public static let supportsChildrenFiles: Bool = {
+        let pid = getpid()
+        return access("/proc/\(pid)/task/\(pid)/children", R_OK) == 0
+    }()
+
+    /// The children of every thread of `pid`.
+    static func children(of pid: Int32) -> [Int32] {
+        var result: [Int32] = []
+        for thread in directoryEntries("/proc/\(pid)/task") {
+            guard let bytes = try? readFile("/proc/\(pid)/task/\(thread)/children") else { continue }
+            result += bytes.split(separator: UInt8(ascii: " ")).compactMap { Int32(String(decoding: $0, as: UTF8.self)) }
+        }
+        return result
+    }
+
+    /// Parent → children for every process, from one pass over `/proc/*/stat`.
+    static func scanParents() -> [Int32: [Int32]] {
+        var children: [Int32: [Int32]] = [:]
+        for name in directoryEntries("/proc") {
+            guard let pid = Int32(name), let stat = try? ProcStat.read(pid: pid) else { continue }
+            children[stat.parentPID, default: []].append(pid)
+        }
+        return children
+    }
+
+    static func directoryEntries(_ path: String) -> [String] {
+        guard let dir = opendir(path) else { return [] }
+        defer { closedir(dir) }
+        var names: [String] = []
+        while let entry = readdir(dir) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            if name != ".", name != ".." { names.append(name) }
+        }
+        return names
     }
 }

@@ -70,8 +70,8 @@ import TestSupport
         #expect(processState(pid) != "T")
         // A tree walk anchored on the stale pidfd finds nothing (by pid and start time alone it
         // could: start times tick at 10 ms, and the new process may share the old one's).
-        #expect(ProcessTree().members(of: stale).isEmpty)
-        #expect(ProcessTree().members(of: recycled.pidfd).map(\.pid) == [pid])
+        #expect(ProcessTree.members(of: stale).isEmpty)
+        #expect(ProcessTree.members(of: recycled.pidfd).map(\.pid) == [pid])
     }
 
     @Test func processTreeFindsChildrenAndGrandchildren() throws {
@@ -81,7 +81,7 @@ import TestSupport
         let tree = processTree(of: root.pidfd)
         #expect(tree.first?.pid == root.pid)
         #expect(tree.filter { $0.command == "sleep" }.count == 3)
-        #expect(ProcessTree().members(of: root.pidfd).map(\.pid).sorted() == tree.map(\.pid).sorted())
+        #expect(ProcessTree.members(of: root.pidfd).map(\.pid).sorted() == tree.map(\.pid).sorted())
     }
 }
 

@@ -22,7 +22,7 @@ import Varlink
         let app = try Spawned("/bin/sh", ["-c", Self.tree])
         try app.expectLine("ready")
         try waitUntil("five processes") { processTree(of: app.pidfd).count == 5 }
-        let members = ProcessTree().members(of: app.pidfd)
+        let members = ProcessTree.members(of: app.pidfd)
         try daemon.setState(app.pid, "background")
         try waitUntil("every process stopped") { members.allSatisfy { processState($0.pid) == "T" } }
         try daemon.setState(app.pid, "foreground")
@@ -44,7 +44,7 @@ import Varlink
         try waitUntil("five processes in the cgroup") { try cgroup.processes().count == 5 }
         try daemon.setState(app.pid, "background")
         try waitUntil("frozen 1") { try cgroup.isFrozen() }
-        #expect(ProcessTree().members(of: app.pidfd).allSatisfy { processState($0.pid) != "T" })  // frozen, not stopped
+        #expect(ProcessTree.members(of: app.pidfd).allSatisfy { processState($0.pid) != "T" })  // frozen, not stopped
         try app.signal(SIGCONT)  // a stray SIGCONT cannot undo the freezer
         #expect(try cgroup.isFrozen())
         try daemon.setState(app.pid, "foreground")

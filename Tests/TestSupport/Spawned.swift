@@ -51,7 +51,7 @@ public final class Spawned {
     public func killTree() {
         var members: [Int32: Pidfd] = [:]
         for _ in 0..<16 {
-            let found = ProcessTree().members(of: pidfd).filter { members[$0.pid] == nil }
+            let found = ProcessTree.members(of: pidfd).filter { members[$0.pid] == nil }
             if found.isEmpty { break }
             for member in found {
                 try? member.send(signal: SIGSTOP)
@@ -152,5 +152,5 @@ public func processState(_ pid: Int32) -> Character? {
 
 /// Every process of the tree rooted at `root` (by pidfd), as the test sees it now.
 public func processTree(of root: Pidfd) -> [ProcStat] {
-    ProcessTree().members(of: root).compactMap { try? ProcStat.read(pid: $0.pid) }
+    ProcessTree.members(of: root).compactMap { try? ProcStat.read(pid: $0.pid) }
 }
