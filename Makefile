@@ -20,7 +20,7 @@ COMPLETIONDIR ?= $(DATADIR)/bash-completion/completions
 # Release binaries carry the Swift runtime, so they run where the toolchain is not.
 RELEASE_FLAGS ?= -c release --static-swift-stdlib
 
-.PHONY: all deps test-deps build release run check install install-files clean
+.PHONY: all deps test-deps build release run check bench install install-files clean
 
 all: build
 
@@ -41,6 +41,10 @@ release: deps
 run: release
 	@echo "bgtaskd on $(SOCKET) (export BGTASKD_SOCKET=$(SOCKET) for bgtaskctl)"
 	exec .build/release/bgtaskd --socket $(SOCKET)
+
+# The benchmark (release build): a table on stdout, JSON in bench-results.json. Not in CI.
+bench: release
+	.build/release/bgtaskd-bench --json bench-results.json
 
 # The release build is for the systemd tests, which install it into a container.
 check: test-deps

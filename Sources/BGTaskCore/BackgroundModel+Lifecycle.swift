@@ -34,6 +34,7 @@ extension BackgroundModel {
                 }
             }
             apps[process] = nil
+            count(from: app.state, to: nil)
             effects.append(.log(LogEntry(priority: .info, kind: .appExited,
                                          message: "App \(process) (\(app.command)) exited; forgotten",
                                          app: process, command: app.command)))
@@ -54,6 +55,7 @@ extension BackgroundModel {
         guard var record = apps[app], record.state == .foreground else { return }
         let deadline = now + configuration.backgroundTime
         record.state = .background
+        count(from: .foreground, to: .background)
         record.phase = .transition
         record.deadline = deadline
         record.warned = false
@@ -80,6 +82,7 @@ extension BackgroundModel {
     mutating func enterForeground(_ app: ProcessIdentity, at now: Instant, effects: inout [Effect]) {
         guard var record = apps[app], record.state != .foreground else { return }
         let wasSuspended = record.state == .suspended
+        count(from: record.state, to: .foreground)
         record.state = .foreground
         record.phase = nil
         record.deadline = nil
@@ -160,6 +163,7 @@ extension BackgroundModel {
                 finish(task, as: .denied, reason: .suspendedBeforeGrant, at: now, effects: &effects)
             }
         }
+        count(from: record.state, to: .suspended)
         apps[app]?.state = .suspended
         apps[app]?.phase = nil
         apps[app]?.transitionDeadline = nil
@@ -190,6 +194,7 @@ extension BackgroundModel {
         }
         if !expired.isEmpty { effects.append(.lifecycle(app, .taskExpired(expired))) }
         apps[app] = nil
+        count(from: record.state, to: nil)
         if signal != .kill {
             terminating.insert(app)
             timers.insert(.kill(app), at: now + configuration.terminateGrace)
@@ -207,15 +212,27 @@ extension BackgroundModel {
 
     /// The earliest instant at which `advance(to:)` may have work; `nil` when nothing is armed.
     /// May be early (a cancelled timer), never late.
-    public func nextDeadline() -> Instant? { timers.first?.instant }
+    public func nextDeadline() -> Instant? {
+        let age = nextAgeWarning()
+        guard let timer = timers.first?.instant else { return age }
+        return age.map { min($0, timer) } ?? timer
+    }
+
+    func nextAgeWarning() -> Instant? {
+        ageQueueHead < ageQueue.count ? ageQueue[ageQueueHead].created + configuration.taskAgeWarning : nil
+    }
 
     /// Fires every timer due at or before `now`, each at its own instant, in order.
     public mutating func advance(to now: Instant, effects: inout [Effect]) {
-        while let entry = timers.popDue(at: now) {
+        while true {
+            if let age = nextAgeWarning(), age <= now, age <= (timers.first?.instant ?? age) {
+                if let id = popAgeQueue() { warnAge(id, at: age, effects: &effects) }
+                continue
+            }
+            guard let entry = timers.popDue(at: now) else { return }
             let at = entry.instant
             switch entry.kind {
             case let .grant(id): grant(id, at: at, effects: &effects)
-            case let .ageWarning(id): warnAge(id, at: at, effects: &effects)
             case let .transitionTimeout(app, epoch):
                 if apps[app]?.epoch == epoch { transitionTimedOut(app, at: at, effects: &effects) }
             case let .warning(app, epoch):

@@ -24,7 +24,7 @@ extension BackgroundModel {
         if let connection { tasksByConnection[connection, default: []].insert(id) }
         settleWatch(owner, before: watched, effects: &effects)
         timers.insert(.grant(id), at: task.grantAt)
-        timers.insert(.ageWarning(id), at: now + configuration.taskAgeWarning)
+        ageQueue.append((id, now))
         let snapshot = snapshot(task, at: now)
         effects.append(.taskChanged(snapshot))
         return snapshot
@@ -94,7 +94,7 @@ extension BackgroundModel {
         tasks[id] = task
         effects.append(.lifecycle(task.app, .taskGranted(id)))
         effects.append(.taskChanged(snapshot(task, at: now)))
-        effects.append(.log(LogEntry(priority: .info, kind: .taskGranted,
+        effects.append(.log(LogEntry(priority: .debug, kind: .taskGranted,
                                      message: "Task \(id) (\(task.name)) of \(task.app) granted",
                                      app: task.app, command: app.command, taskID: id, taskName: task.name)))
     }
@@ -114,6 +114,7 @@ extension BackgroundModel {
             if tasksByConnection[connection]?.isEmpty == true { tasksByConnection[connection] = nil }
         }
         settleWatch(task.owner, before: watched, effects: &effects)
+        if !task.ageWarned { forgetAgeEntry() }
         if state == .denied { effects.append(.lifecycle(task.app, .taskDenied(task.id, reason))) }
         effects.append(.taskChanged(snapshot(ended, at: now, reason: reason)))
         let kind: LogKind = state == .denied ? .taskDenied : state == .expired ? .taskExpired : .taskEnded
@@ -131,9 +132,38 @@ extension BackgroundModel {
         suspend(app, reason: .tasksEnded, at: now, effects: &effects)
     }
 
+    /// Removes the front of `ageQueue`; returns its task id if that task is still active.
+    mutating func popAgeQueue() -> TaskID? {
+        let id = ageQueue[ageQueueHead].id
+        ageQueueHead += 1
+        let alive = tasks[id] != nil
+        if !alive { ageQueueDead -= 1 }
+        if ageQueueHead == ageQueue.count {
+            ageQueue.removeAll(keepingCapacity: true)
+            ageQueueHead = 0
+        } else if ageQueueHead > 1024, ageQueueHead * 2 > ageQueue.count {
+            ageQueue.removeSubrange(0..<ageQueueHead)
+            ageQueueHead = 0
+        }
+        return alive ? id : nil
+    }
+
+    /// A task with an entry in `ageQueue` ended: once dead entries are half the queue, drop
+    /// them all (amortized O(1); the queue stays within about twice the active tasks).
+    mutating func forgetAgeEntry() {
+        ageQueueDead += 1
+        let entries = ageQueue.count - ageQueueHead
+        guard ageQueueDead > 64, ageQueueDead * 2 > entries else { return }
+        let tasks = self.tasks
+        ageQueue = ageQueue[ageQueueHead...].filter { tasks[$0.id] != nil }
+        ageQueueHead = 0
+        ageQueueDead = 0
+    }
+
     /// The age-warning timer fired: UIKit logs tasks held too long, so do we.
     mutating func warnAge(_ id: TaskID, at now: Instant, effects: inout [Effect]) {
         guard let task = tasks[id] else { return }
+        tasks[id]?.ageWarned = true
         let age = ConfigurationValue.formatTimeSpan(configuration.taskAgeWarning)
         effects.append(.log(LogEntry(priority: .warning, kind: .taskAgeWarning,
                                      message: "Task \(id) (\(task.name)) of \(task.app) was begun over \(age) ago; end it when its work is done",

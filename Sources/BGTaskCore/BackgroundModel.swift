@@ -34,6 +34,8 @@ public struct BackgroundModel {
         let created: Instant
         var state: TaskState = .pending
         var grantAt: Instant
+        /// Its age warning went out (so it is no longer in `ageQueue`).
+        var ageWarned = false
     }
 
     /// The configuration in force; `reload` replaces it.
@@ -46,6 +48,15 @@ public struct BackgroundModel {
     /// Processes sent a catchable terminate signal, waiting for their grace to run out.
     var terminating: Set<ProcessIdentity> = []
     var timers = TimerQueue()
+    /// Tasks in creation order, for the age warning. Its delay is one constant, so the
+    /// deadlines come in this order: a queue, not heap entries that would outlive their
+    /// tasks by TaskAgeWarningSec. Ended tasks at the front are dropped at once.
+    var ageQueue: [(id: TaskID, created: Instant)] = []
+    var ageQueueHead = 0
+    /// Entries in `ageQueue` whose task has ended; compacted away once they are half.
+    var ageQueueDead = 0
+    /// Apps per state, kept as states change, so a status line costs nothing.
+    public private(set) var stateCounts: [AppState: Int] = [:]
     var nextTaskID: TaskID = 1
     var random: SplitMix64
 
@@ -87,6 +98,7 @@ public struct BackgroundModel {
         let identity = process.identity
         let watched = needsWatch(identity)
         apps[identity] = AppRecord(identity: identity, uid: process.uid, command: process.command)
+        count(from: nil, to: .foreground)
         settleWatch(identity, before: watched, effects: &effects)
         effects.append(.log(LogEntry(priority: .info, kind: .appRegistered,
                                      message: "App \(identity) (\(process.command)) registered in the foreground",
@@ -139,6 +151,12 @@ public struct BackgroundModel {
         TaskSnapshot(id: task.id, app: task.app, owner: task.owner, uid: apps[task.app]?.uid ?? 0,
                      name: task.name, state: task.state, reason: reason, age: max(.zero, now - task.created),
                      expirationHandler: task.expirationHandler)
+    }
+
+    /// Keeps `stateCounts` in step with a state change (`nil`: not an app).
+    mutating func count(from old: AppState?, to new: AppState?) {
+        if let old { stateCounts[old, default: 0] -= 1 }
+        if let new { stateCounts[new, default: 0] += 1 }
     }
 
     // MARK: Process watching

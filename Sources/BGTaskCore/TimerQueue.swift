@@ -3,7 +3,6 @@
 struct TimerQueue {
     enum Kind: Equatable {
         case grant(TaskID)
-        case ageWarning(TaskID)
         case transitionTimeout(ProcessIdentity, epoch: UInt64)
         case warning(ProcessIdentity, epoch: UInt64)
         case deadline(ProcessIdentity, epoch: UInt64)

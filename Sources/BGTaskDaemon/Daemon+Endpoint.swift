@@ -157,12 +157,12 @@ extension Daemon {
             return VarlinkReply(parameters: ["tasks": .array(tasks.map(Wire.task))])
         case "GetStatus":
             _ = try Parameters(call.parameters, allowed: [])
-            let apps = model.listApps(at: now)
+            let counts = model.stateCounts
             return VarlinkReply(parameters: [
-                "version": .string(InterfaceDescription.version), "apps": .int(Int64(apps.count)),
+                "version": .string(InterfaceDescription.version), "apps": .int(Int64(model.appCount)),
                 "tasks": .int(Int64(model.taskCount)),
-                "backgroundApps": .int(Int64(apps.filter { $0.state == .background }.count)),
-                "suspendedApps": .int(Int64(apps.filter { $0.state == .suspended }.count)),
+                "backgroundApps": .int(Int64(counts[.background, default: 0])),
+                "suspendedApps": .int(Int64(counts[.suspended, default: 0])),
                 "connections": .int(Int64(connections.count)),
                 "uptime": Wire.seconds(.nanoseconds(Clock.monotonicNanoseconds() - startedAt)),
             ])

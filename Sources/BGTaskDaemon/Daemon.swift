@@ -35,6 +35,10 @@ public final class Daemon {
     var taskStreams: [TaskID: ConnectionID] = [:]
     var monitors: [ConnectionID] = []
     var lastStatus = ""
+    /// Whether a service manager listens for `STATUS=` (else it is not even formatted).
+    let notifying = getenv("NOTIFY_SOCKET") != nil
+    /// Debug records (every task begun and ended) only with `SYSTEMD_LOG_LEVEL=debug`.
+    let logDebug = getenv("SYSTEMD_LOG_LEVEL").map { String(cString: $0) == "debug" } ?? false
 
     /// Sets up the loop on `listener` (bound or passed by systemd). Nothing runs until `run()`.
     public init(options: DaemonOptions, configuration: Configuration, listener: FileDescriptor,
@@ -83,6 +87,7 @@ public final class Daemon {
         model.advance(to: now, effects: &effects)
         run(effects)
         timer.arm(at: model.nextDeadline()?.nanoseconds)
+        guard notifying else { return }
         let status = statusLine()
         if status != lastStatus {
             lastStatus = status
@@ -91,10 +96,9 @@ public final class Daemon {
     }
 
     func statusLine() -> String {
-        let apps = model.listApps(at: now)
-        let background = apps.filter { $0.state == .background }.count
-        let suspended = apps.filter { $0.state == .suspended }.count
-        return "\(apps.count) apps (\(background) background, \(suspended) suspended), \(model.taskCount) tasks"
+        let counts = model.stateCounts
+        return "\(model.appCount) apps (\(counts[.background, default: 0]) background, "
+            + "\(counts[.suspended, default: 0]) suspended), \(model.taskCount) tasks"
     }
 
     func stop() {
@@ -356,6 +360,7 @@ public final class Daemon {
     // MARK: Logging
 
     func log(_ entry: LogEntry) {
+        if entry.priority == .debug, !logDebug { return }
         var fields: [(String, String)] = [("BGTASKD_EVENT", entry.kind.rawValue),
                                           ("MESSAGE_ID", LogMessageID.id(for: entry.kind))]
         if let app = entry.app { fields.append(("BGTASKD_PID", String(app.pid))) }

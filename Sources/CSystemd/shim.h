@@ -35,6 +35,13 @@ static inline int bgtask_peer_credentials(int fd, struct bgtask_ucred *out) {
     return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, out, &length);
 }
 
+/* sched_setaffinity needs _GNU_SOURCE's cpu_set_t; the raw system call takes a mask. */
+#include <sys/syscall.h>
+#include <unistd.h>
+static inline int bgtask_set_affinity(int pid, unsigned long long mask) {
+    return (int)syscall(SYS_sched_setaffinity, pid, sizeof(mask), &mask);
+}
+
 /* Swift cannot import these function-like macros. */
 static inline int bgtask_wifexited(int status) { return WIFEXITED(status); }
 static inline int bgtask_wexitstatus(int status) { return WEXITSTATUS(status); }

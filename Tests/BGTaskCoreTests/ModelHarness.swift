@@ -1,4 +1,4 @@
-import BGTaskCore
+@testable import BGTaskCore
 
 /// Drives a model with explicit instants and collects its effects.
 struct ModelHarness {

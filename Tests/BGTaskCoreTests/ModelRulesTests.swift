@@ -1,4 +1,4 @@
-import BGTaskCore
+@testable import BGTaskCore
 import Testing
 
 /// One test (or more) per rule of DESIGN.md §2, with explicit instants.
@@ -365,10 +365,36 @@ import Testing
             h.at(t)
             // Everything due by now has fired: what is left is strictly in the future.
             if let next = h.model.nextDeadline() { #expect(next > h.now) }
+            // The O(1) state counts agree with the apps themselves.
+            let listed = h.model.listApps(at: h.now)
+            for state in AppState.allCases {
+                #expect(h.model.stateCounts[state, default: 0] == listed.filter { $0.state == state }.count)
+            }
             // No background app outlives its deadline unnoticed.
             for snapshot in h.model.listApps(at: h.now) where snapshot.state == .background {
                 #expect(snapshot.backgroundTimeRemaining! > .zero)
             }
         }
+    }
+
+    @Test func ageWarningsFireForLiveTasksOnlyAndChurnLeavesNoTimers() throws {
+        var h = ModelHarness { $0.taskAgeWarning = .seconds(30) }
+        let app = try h.app()
+        let kept = try h.begin(app, "kept")
+        h.at(1)
+        for _ in 0..<10_000 {  // begin/end churn: nothing may pile up for 30 s
+            let id = try h.begin(app, "churn")
+            try h.end(id, in: app)
+        }
+        #expect(h.model.ageQueue.count - h.model.ageQueueHead <= 130)  // bounded, not 10,001
+        h.at(2)  // the churn's grant timers are stale now and drain
+        #expect(h.model.timers.count == 0)
+        _ = h.take()
+        h.at(29.999)
+        #expect(h.take().isEmpty)
+        h.at(40)
+        let warnings = h.take().compactMap { if case let .log(entry) = $0, entry.kind == .taskAgeWarning { entry.taskID } else { nil } }
+        #expect(warnings == [kept])
+        #expect(h.model.nextDeadline() == nil)
     }
 }

@@ -1,0 +1,194 @@
+import BGTaskClient
+import BGTaskSystem
+import Foundation
+import Varlink
+
+/// Percentiles of a sample, in the sample's unit.
+struct Summary: CustomStringConvertible {
+    let p50: Double, p99: Double, max: Double, count: Int
+
+    init(_ values: [Double]) {
+        let sorted = values.sorted()
+        func at(_ q: Double) -> Double { sorted.isEmpty ? .nan : sorted[min(sorted.count - 1, Int(Double(sorted.count) * q))] }
+        p50 = at(0.50)
+        p99 = at(0.99)
+        max = sorted.last ?? .nan
+        count = sorted.count
+    }
+
+    var json: JSON { .object(["p50": .double(p50), "p99": .double(p99), "max": .double(max), "count": .int(Int64(count))]) }
+    var description: String { "p50 \(format(p50)) p99 \(format(p99)) max \(format(max))" }
+}
+
+func format(_ value: Double, _ digits: Int = 3) -> String {
+    guard value.isFinite else { return "n/a" }
+    var text = String(format: "%.\(digits)f", value)
+    while text.contains("."), text.hasSuffix("0") { text.removeLast() }
+    if text.hasSuffix(".") { text.removeLast() }
+    return text
+}
+
+func now() -> Int64 { Clock.monotonicNanoseconds() }
+
+func say(_ line: String) { FileHandle.standardError.write(Data((line + "\n").utf8)) }
+
+/// The binaries next to this one.
+let binaryDirectory: String = {
+    let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+    return (exe as NSString).deletingLastPathComponent
+}()
+
+/// A NUL-framed blocking client that keeps its bytes raw: the same work against the daemon
+/// and the echo server.
+final class RawClient {
+    let socket: FileDescriptor
+    var framer = VarlinkFramer(maximumMessageBytes: 1 << 30)
+
+    init(path: String) throws { socket = try UnixSocket.connect(path: path) }
+
+    /// Sends one frame and returns the parsed reply.
+    @discardableResult
+    func roundTrip(_ frame: [UInt8]) throws -> JSON {
+        try socket.writeAll(frame)
+        while true {
+            if let message = try framer.next() { return try JSON.parse(message) }
+            let bytes = try socket.read(upTo: 1 << 20)
+            if bytes.isEmpty { throw ClientError(.protocolError, "connection closed") }
+            framer.append(bytes)
+        }
+    }
+}
+
+let beginFrame = VarlinkCall(method: "io.bgtaskd.App.BeginTask",
+                             parameters: ["name": "bench", "expirationHandler": true]).json.varlinkFrame
+
+func endFrame(_ id: Int64) -> [UInt8] {
+    VarlinkCall(method: "io.bgtaskd.App.EndTask", parameters: ["taskId": .int(id)]).json.varlinkFrame
+}
+
+/// One BeginTask+EndTask pair; against the echo server the same frames come back.
+func pair(_ client: RawClient) throws {
+    let reply = try client.roundTrip(beginFrame)
+    let id = reply["parameters"]?["taskId"]?.intValue ?? 1
+    if reply["error"] != nil { throw ClientError(.callFailed, reply.serialized) }
+    let ended = try client.roundTrip(endFrame(id))
+    if ended["error"] != nil { throw ClientError(.callFailed, ended.serialized) }
+}
+
+/// A process the benchmark runs: a daemon, the echo server, or an app.
+final class Child {
+    let pidfd: Pidfd
+    var pid: Int32 { pidfd.pid }
+
+    init(_ arguments: [String], environment: [String]? = nil, stdin: Subprocess.Stream = .inherit,
+         stdout: Subprocess.Stream = .inherit, stderr: Subprocess.Stream = .inherit) throws {
+        pidfd = try Subprocess.spawn(arguments, environment: environment, stdin: stdin, stdout: stdout, stderr: stderr)
+    }
+
+    /// Stops it with SIGTERM (through its pidfd) and reaps it.
+    func stop() {
+        try? pidfd.send(signal: SIGTERM)
+        if (try? pidfd.descriptor.waitReadable(timeoutMilliseconds: 5000)) != true { try? pidfd.send(signal: SIGKILL) }
+        _ = try? Subprocess.wait(pid: pid)
+    }
+
+    /// Resident memory in bytes (`VmRSS`).
+    var residentBytes: Int {
+        let text = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? ""
+        let line = text.split(separator: "\n").first { $0.hasPrefix("VmRSS:") } ?? ""
+        return (Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0) * 1024
+    }
+
+    /// User plus system CPU time in clock ticks (`/proc/PID/stat` fields 14 and 15).
+    var cpuTicks: Int {
+        let text = (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)) ?? ""
+        guard let close = text.lastIndex(of: ")") else { return 0 }
+        let fields = text[text.index(after: close)...].split(separator: " ")
+        return (Int(fields[11]) ?? 0) + (Int(fields[12]) ?? 0)
+    }
+}
+
+/// A bgtaskd on a fresh socket, started with `NOTIFY_SOCKET` so start-up can be timed.
+final class BenchDaemon {
+    let directory: String
+    let socketPath: String
+    let child: Child
+    /// Nanoseconds from spawning to `READY=1`.
+    let startup: Int64
+
+    init(_ settings: [String]) throws {
+        directory = NSTemporaryDirectory() + "bgtaskd-bench-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        socketPath = directory + "/io.bgtaskd"
+        let notify = try UnixSocket.bindDatagram(path: directory + "/notify")
+        let arguments = [binaryDirectory + "/bgtaskd", "--socket", socketPath] + settings.flatMap { ["--set", $0] }
+        let started = now()
+        child = try Child(arguments, environment: ["NOTIFY_SOCKET=\(directory)/notify", "PATH=/usr/bin:/bin"],
+                          stderr: .file("/dev/null"))
+        var ready = false
+        while !ready {
+            guard try notify.waitReadable(timeoutMilliseconds: 10_000) else { throw ClientError(.timedOut, "no READY=1") }
+            ready = String(decoding: try notify.read(upTo: 4096), as: UTF8.self).split(separator: "\n").contains("READY=1")
+        }
+        startup = now() - started
+    }
+
+    func stop() {
+        child.stop()
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    func manager(_ member: String, _ parameters: [String: JSON] = [:]) throws -> [String: JSON] {
+        try VarlinkConnection(path: socketPath).call("io.bgtaskd.Manager.\(member)", parameters, timeoutMilliseconds: 60_000)
+    }
+}
+
+/// The baseline: a bare NUL-framed echo server on the same sd-event loop and socket kind.
+enum EchoServer {
+    static func run(path: String) -> Never {
+        do {
+            let loop = try EventLoop()
+            let listener = try UnixSocket.listen(path: path)
+            var connections: [Int32: (FileDescriptor, EventSource)] = [:]
+            let accept = try loop.addIO(listener.rawValue, events: IOEvents.readable) { _ in
+                while let socket = try? UnixSocket.accept(listener) {
+                    let fd = socket.rawValue
+                    var framer = VarlinkFramer(maximumMessageBytes: 1 << 20)
+                    guard let source = try? loop.addIO(fd, events: IOEvents.readable, { _ in
+                        guard let bytes = try? socket.readAvailable(upTo: 65536) else { return }
+                        if bytes.isEmpty { connections[fd] = nil; return }
+                        framer.append(bytes)
+                        var out: [UInt8] = []
+                        while let message = try? framer.next() { out += message; out.append(0) }
+                        try? socket.writeAll(out)
+                    }) else { continue }
+                    connections[fd] = (socket, source)
+                }
+            }
+            _ = accept
+            print("ready")
+            exit(try loop.run())
+        } catch {
+            say("echo server: \(error)")
+            exit(1)
+        }
+    }
+}
+
+/// A lock around a value.
+final class Locked<Value>: @unchecked Sendable {
+    private var value: Value
+    private let lock = NSLock()
+    init(_ value: Value) { self.value = value }
+    func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
+        lock.lock()
+        defer { lock.unlock() }
+        return try body(&value)
+    }
+}
+
+/// Hands a value to one other thread that alone uses it from then on.
+final class Handoff<Value>: @unchecked Sendable {
+    let value: Value
+    init(_ value: Value) { self.value = value }
+}
