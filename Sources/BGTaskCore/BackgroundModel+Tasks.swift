@@ -94,9 +94,11 @@ extension BackgroundModel {
         tasks[id] = task
         effects.append(.lifecycle(task.app, .taskGranted(id)))
         effects.append(.taskChanged(snapshot(task, at: now)))
-        effects.append(.log(LogEntry(priority: .debug, kind: .taskGranted,
-                                     message: "Task \(id) (\(task.name)) of \(task.app) granted",
-                                     app: task.app, command: app.command, taskID: id, taskName: task.name)))
+        if debugLogging {
+            effects.append(.log(LogEntry(priority: .debug, kind: .taskGranted,
+                                         message: "Task \(id) (\(task.name)) of \(task.app) granted",
+                                         app: task.app, command: app.command, taskID: id, taskName: task.name)))
+        }
     }
 
     /// Removes an active task, telling its stream and subscribers why.
@@ -117,6 +119,7 @@ extension BackgroundModel {
         if !task.ageWarned { forgetAgeEntry() }
         if state == .denied { effects.append(.lifecycle(task.app, .taskDenied(task.id, reason))) }
         effects.append(.taskChanged(snapshot(ended, at: now, reason: reason)))
+        if state == .ended, !debugLogging { return }
         let kind: LogKind = state == .denied ? .taskDenied : state == .expired ? .taskExpired : .taskEnded
         let verb = state == .denied ? "denied" : state == .expired ? "expired" : "ended"
         effects.append(.log(LogEntry(priority: state == .ended ? .debug : .notice, kind: kind,

@@ -40,6 +40,9 @@ public struct BackgroundModel {
 
     /// The configuration in force; `reload` replaces it.
     public private(set) var configuration: Configuration
+    /// Whether to emit debug log records (every task granted and ended). Off, they are not
+    /// even formatted: they would cost more than the call they describe.
+    public var debugLogging = true
     var apps: [ProcessIdentity: AppRecord] = [:]
     /// Active tasks only: a task that ends is forgotten (its names live on in history).
     var tasks: [TaskID: TaskRecord] = [:]

@@ -6,12 +6,13 @@ import Varlink
 extension Daemon {
     func dispatch(_ call: VarlinkCall, on connection: Connection, at now: Instant,
                   effects: inout [Effect]) throws(VarlinkError) -> VarlinkReply {
+        let (interface, member) = VarlinkCall.split(call.method)
         do {
-            switch call.interface {
-            case InterfaceDescription.service: return try serviceCall(call)
-            case "io.bgtaskd.App": return try appCall(call, on: connection, at: now, effects: &effects)
-            case "io.bgtaskd.Manager": return try managerCall(call, on: connection, at: now, effects: &effects)
-            default: throw VarlinkError.interfaceNotFound(call.interface)
+            switch interface {
+            case InterfaceDescription.service: return try serviceCall(call, member)
+            case "io.bgtaskd.App": return try appCall(call, member, on: connection, at: now, effects: &effects)
+            case "io.bgtaskd.Manager": return try managerCall(call, member, on: connection, at: now, effects: &effects)
+            default: throw VarlinkError.interfaceNotFound(interface)
             }
         } catch let error as BGTaskError {
             throw error.varlink
@@ -24,8 +25,8 @@ extension Daemon {
 
     // MARK: org.varlink.service
 
-    func serviceCall(_ call: VarlinkCall) throws -> VarlinkReply {
-        switch call.member {
+    func serviceCall(_ call: VarlinkCall, _ member: String) throws -> VarlinkReply {
+        switch member {
         case "GetInfo":
             _ = try Parameters(call.parameters, allowed: [])
             return VarlinkReply(parameters: [
@@ -57,13 +58,13 @@ extension Daemon {
         return resolved.description
     }
 
-    func appCall(_ call: VarlinkCall, on connection: Connection, at now: Instant,
+    func appCall(_ call: VarlinkCall, _ member: String, on connection: Connection, at now: Instant,
                  effects: inout [Effect]) throws -> VarlinkReply {
         let known = ["Subscribe", "BeginTask", "EndTask", "GetTimeRemaining", "FinishBackgroundTransition"]
-        guard known.contains(call.member) else { throw VarlinkError.methodNotFound(call.method) }
+        guard known.contains(member) else { throw VarlinkError.methodNotFound(call.method) }
         let process = try caller(of: connection)
         let app = try model.register(process, at: now, effects: &effects)
-        switch call.member {
+        switch member {
         case "Subscribe":
             _ = try Parameters(call.parameters, allowed: [])
             guard call.more else { throw VarlinkError.expectedMore }
@@ -131,9 +132,9 @@ extension Daemon {
         return try model.register(target.description, at: now, effects: &effects)
     }
 
-    func managerCall(_ call: VarlinkCall, on connection: Connection, at now: Instant,
+    func managerCall(_ call: VarlinkCall, _ member: String, on connection: Connection, at now: Instant,
                      effects: inout [Effect]) throws -> VarlinkReply {
-        switch call.member {
+        switch member {
         case "SetAppState":
             let parameters = try Parameters(call.parameters, allowed: ["pid", "state"])
             let pid = try parameters.pid()

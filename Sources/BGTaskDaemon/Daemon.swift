@@ -48,6 +48,7 @@ public final class Daemon {
         self.socketPath = socketPath
         self.loop = try EventLoop()
         self.model = BackgroundModel(configuration: configuration, seed: randomSeed())
+        model.debugLogging = logDebug
         self.access = AccessPolicy(managerGID: Self.groupID(configuration.managerGroup))
 
         try listener.setNonBlocking()
@@ -232,6 +233,13 @@ public final class Daemon {
         if !call.oneway || reply.continues, !connection.send(reply) {
             close(connection)
         }
+        // A grant due now (no latency) goes out in this pass, after the reply, rather than
+        // costing the loop a timer wake-up.
+        if let next = model.nextDeadline(), next <= now {
+            var due: [Effect] = []
+            model.advance(to: now, effects: &due)
+            run(due)
+        }
     }
 
     func close(_ connection: Connection) {
@@ -274,9 +282,11 @@ public final class Daemon {
                 for id in subscribers[app] ?? [] {
                     if let connection = connections[id] { send(VarlinkReply(parameters: parameters, continues: true), to: connection) }
                 }
-                var monitored = parameters
-                monitored["pid"] = .int(Int64(app.pid))
-                broadcast(monitored, uid: model.snapshot(of: app, at: now)?.uid)
+                if !monitors.isEmpty {
+                    var monitored = parameters
+                    monitored["pid"] = .int(Int64(app.pid))
+                    broadcast(monitored, uid: model.snapshot(of: app, at: now)?.uid)
+                }
             case let .taskChanged(task):
                 if task.state != .pending, let id = taskStreams[task.id], let connection = connections[id] {
                     let ended = !task.state.isActive
@@ -284,7 +294,9 @@ public final class Daemon {
                     send(VarlinkReply(parameters: Wire.taskState(task), continues: !ended), to: connection)
                     if ended, !connection.isClosed { endStream(of: connection) }
                 }
-                broadcast(["event": .string("taskChanged"), "task": Wire.task(task)], uid: task.uid)
+                if !monitors.isEmpty {
+                    broadcast(["event": .string("taskChanged"), "task": Wire.task(task)], uid: task.uid)
+                }
             case let .act(record, signal):
                 enforce(record, signal: signal)
                 let entry = HistoryEntry(realtimeNanoseconds: Clock.realtimeNanoseconds(), record: record)

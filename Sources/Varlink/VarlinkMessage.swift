@@ -20,15 +20,16 @@ public struct VarlinkCall: Equatable, Sendable {
     }
 
     /// The interface part of `method`: everything before the last dot.
-    public var interface: String {
-        guard let dot = method.lastIndex(of: ".") else { return "" }
-        return String(method[..<dot])
-    }
+    public var interface: String { Self.split(method).interface }
 
     /// The method's own name: everything after the last dot.
-    public var member: String {
-        guard let dot = method.lastIndex(of: ".") else { return method }
-        return String(method[method.index(after: dot)...])
+    public var member: String { Self.split(method).member }
+
+    /// Splits on the last dot, by bytes (a Character walk costs more than the whole call).
+    public static func split(_ method: String) -> (interface: String, member: String) {
+        let bytes = method.utf8
+        guard let dot = bytes.lastIndex(of: UInt8(ascii: ".")) else { return ("", method) }
+        return (String(method[..<dot]), String(method[method.utf8.index(after: dot)...]))
     }
 
     /// Decodes a message; `nil` when it is not a call object.

@@ -192,3 +192,11 @@ final class Handoff<Value>: @unchecked Sendable {
     let value: Value
     init(_ value: Value) { self.value = value }
 }
+
+/// Sleeps until the monotonic instant `deadline` (nanoseconds).
+func sleepUntil(_ deadline: Int64) {
+    let left = deadline - now()
+    guard left > 0 else { return }
+    var pause = timespec(tv_sec: Int(left / 1_000_000_000), tv_nsec: Int(left % 1_000_000_000))
+    nanosleep(&pause, nil)
+}
