@@ -201,8 +201,11 @@ enum TaskName {
     static let maximumBytes = 256
 
     static func validate(_ name: String) throws(VarlinkError) -> String {
-        guard name.utf8.count <= maximumBytes,
-              !name.unicodeScalars.contains(where: { $0.properties.generalCategory == .control || $0 == "\u{2028}" || $0 == "\u{2029}" })
+        let bytes = name.utf8
+        guard bytes.count <= maximumBytes else { throw .invalidParameter("name") }
+        // Printable ASCII, the common case, needs no Unicode tables.
+        if bytes.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }) { return name }
+        guard !name.unicodeScalars.contains(where: { $0.properties.generalCategory == .control || $0 == "\u{2028}" || $0 == "\u{2029}" })
         else { throw .invalidParameter("name") }
         return name
     }

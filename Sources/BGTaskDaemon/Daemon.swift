@@ -55,14 +55,16 @@ public final class Daemon {
         sources.append(try loop.addIO(listener.rawValue, events: IOEvents.readable) { [unowned self] _ in
             self.acceptConnections()
         })
-        timer = try loop.addTimer {}  // the post hook does the work
+        timer = try loop.addTimer { [unowned self] in self.afterPass() }
         enforcer = try Enforcer(loop: loop, root: { [unowned self] app in self.watches[app]?.pidfd }) { priority, message in
             Journal.log(priority: priority.rawValue, message: message)
         }
-        sources.append(try loop.addPost { [unowned self] in self.afterPass() })
         sources.append(try loop.addSignal(SIGTERM) { [unowned self] in self.stop() })
         sources.append(try loop.addSignal(SIGINT) { [unowned self] in self.stop() })
-        sources.append(try loop.addSignal(SIGHUP) { [unowned self] in _ = self.reload() })
+        sources.append(try loop.addSignal(SIGHUP) { [unowned self] in
+            _ = self.reload()
+            self.afterPass()
+        })
         signal(SIGPIPE, SIG_IGN)
         loop.enableWatchdog()
     }
@@ -80,8 +82,9 @@ public final class Daemon {
 
     // MARK: Loop pass
 
-    /// After every dispatch: fire due timers, run their effects, arm the one timer at the
-    /// next deadline, and keep `STATUS=` current.
+    /// Ends every handler's pass: fire due timers, run their effects, arm the one timer at
+    /// the next deadline, and keep `STATUS=` current. (Called by each handler rather than as
+    /// an sd-event post source, which would cost an extra loop iteration per call.)
     func afterPass() {
         let now = self.now
         var effects: [Effect] = []
@@ -181,17 +184,23 @@ public final class Daemon {
 
     func handleIO(_ connection: Connection, events: UInt32) {
         if events & IOEvents.writable != 0, !connection.flush() {
-            return close(connection)
+            close(connection)
+            return afterPass()
         }
         guard events & (IOEvents.readable | IOEvents.hangup | IOEvents.error) != 0 else { return }
         do {
             guard let bytes = try connection.socket.readAvailable(upTo: 65536) else { return }
-            if bytes.isEmpty { return close(connection) }
+            if bytes.isEmpty {
+                close(connection)
+                return afterPass()
+            }
             connection.framer.append(bytes)
         } catch {
-            return close(connection)
+            close(connection)
+            return afterPass()
         }
         processInput(connection)
+        afterPass()
     }
 
     /// Handles every complete call in order, stopping while a call streams.
@@ -358,6 +367,7 @@ public final class Daemon {
         var effects: [Effect] = []
         model.processExited(process, at: now, effects: &effects)
         run(effects)
+        afterPass()
     }
 
     /// Suspends, resumes or terminates the whole app (rule 10).

@@ -85,9 +85,10 @@ enum Wire {
 struct Parameters {
     let values: [String: JSON]
 
-    init(_ values: [String: JSON], allowed: Set<String>) throws(VarlinkError) {
-        if let unknown = values.keys.sorted().first(where: { !allowed.contains($0) }) {
-            throw .invalidParameter(unknown)
+    /// `allowed` is a short list: a linear scan beats building a set per call.
+    init(_ values: [String: JSON], allowed: [String]) throws(VarlinkError) {
+        for key in values.keys where !allowed.contains(key) {
+            throw .invalidParameter(values.keys.filter { !allowed.contains($0) }.sorted()[0])
         }
         self.values = values
     }

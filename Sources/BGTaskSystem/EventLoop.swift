@@ -74,21 +74,6 @@ public final class EventLoop {
         return source
     }
 
-    /// Calls `handler` after every loop pass that dispatched something. `sd_event_add_post(3)`
-    public func addPost(_ handler: @escaping () -> Void) throws(Errno) -> EventSource {
-        let source = EventSource(handler: { _ in handler() })
-        var raw: OpaquePointer?
-        try systemdCall("sd_event_add_post") {
-            sd_event_add_post(event, &raw, { _, userdata in
-                let source = Unmanaged<EventSource>.fromOpaque(userdata!).takeUnretainedValue()
-                source.handler(0)
-                return 0
-            }, Unmanaged.passUnretained(source).toOpaque())
-        }
-        source.source = raw
-        return source
-    }
-
     /// Sends `WATCHDOG=1` from the loop at half of `WATCHDOG_USEC`, when systemd asks for it:
     /// a stuck loop stops the pings. Returns whether the watchdog is on. `sd_event_set_watchdog(3)`
     @discardableResult

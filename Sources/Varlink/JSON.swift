@@ -51,11 +51,14 @@ extension JSON {
     public static let maximumDepth = 64
 
     /// Parses exactly one JSON value (surrounding whitespace allowed) from UTF-8 bytes.
-    public static func parse<Bytes: Collection<UInt8>>(_ bytes: Bytes) throws(JSONError) -> JSON {
-        let array = Array(bytes)
-        var parser = JSONParser(bytes: array)
-        let value = try parser.parseDocument()
-        return value
+    public static func parse(_ bytes: [UInt8]) throws(JSONError) -> JSON {
+        var parser = JSONParser(bytes: bytes)
+        return try parser.parseDocument()
+    }
+
+    /// Parses a message as the framer hands it over (concrete, so nothing generic runs per call).
+    public static func parse(_ bytes: ArraySlice<UInt8>) throws(JSONError) -> JSON {
+        try parse(Array(bytes))
     }
 
     /// Parses a JSON text given as a string.
@@ -174,7 +177,7 @@ struct JSONParser {
 
     mutating func parseObject(depth: Int) throws(JSONError) -> JSON {
         index += 1
-        var members: [String: JSON] = [:]
+        var members: [String: JSON] = Dictionary(minimumCapacity: 4)
         skipWhitespace()
         if index < bytes.count, bytes[index] == UInt8(ascii: "}") { index += 1; return .object(members) }
         while true {
@@ -211,10 +214,19 @@ struct JSONParser {
     mutating func parseString() throws(JSONError) -> String {
         index += 1
         let start = index
-        // Fast path: no escapes.
+        // Fast path: no escapes, the string is the bytes themselves.
         while index < bytes.count, bytes[index] != UInt8(ascii: "\""), bytes[index] != UInt8(ascii: "\\"),
               bytes[index] >= 0x20 { index += 1 }
         guard index < bytes.count else { throw fail("unterminated string") }
+        if bytes[index] == UInt8(ascii: "\"") {
+            let end = index
+            index += 1
+            let string = bytes.withUnsafeBufferPointer { buffer in
+                String(validating: UnsafeBufferPointer(rebasing: buffer[start..<end]), as: UTF8.self)
+            }
+            guard let string else { throw JSONError(offset: start, reason: "string is not valid UTF-8") }
+            return string
+        }
         var raw = Array(bytes[start..<index])
         while bytes[index] != UInt8(ascii: "\"") {
             let byte = bytes[index]
@@ -254,7 +266,7 @@ struct JSONParser {
             guard index < bytes.count else { throw fail("unterminated string") }
         }
         index += 1
-        guard let string = String(validating: raw, as: UTF8.self) else {
+        guard let string = raw.withUnsafeBufferPointer({ String(validating: $0, as: UTF8.self) }) else {
             throw JSONError(offset: start, reason: "string is not valid UTF-8")
         }
         return string
