@@ -34,6 +34,12 @@ public final class Daemon {
     var subscribers: [ProcessIdentity: [ConnectionID]] = [:]
     var taskStreams: [TaskID: ConnectionID] = [:]
     var monitors: [ConnectionID] = []
+    /// When the timer is armed to fire (`nil`: off).
+    var timerArmedAt: Int64?
+    var statusTimer: EventSource!
+    var statusPending = false
+    var lastStatusSent: Int64 = 0
+    static let statusInterval: Int64 = 250_000_000
     var lastStatus = ""
     /// Whether a service manager listens for `STATUS=` (else it is not even formatted).
     let notifying = getenv("NOTIFY_SOCKET") != nil
@@ -55,7 +61,11 @@ public final class Daemon {
         sources.append(try loop.addIO(listener.rawValue, events: IOEvents.readable) { [unowned self] _ in
             self.acceptConnections()
         })
-        timer = try loop.addTimer { [unowned self] in self.afterPass() }
+        timer = try loop.addTimer { [unowned self] in
+            self.timerArmedAt = nil
+            self.afterPass()
+        }
+        statusTimer = try loop.addTimer { [unowned self] in self.sendStatus() }
         enforcer = try Enforcer(loop: loop, root: { [unowned self] app in self.watches[app]?.pidfd }) { priority, message in
             Journal.log(priority: priority.rawValue, message: message)
         }
@@ -90,8 +100,25 @@ public final class Daemon {
         var effects: [Effect] = []
         model.advance(to: now, effects: &effects)
         run(effects)
-        timer.arm(at: model.nextDeadline()?.nanoseconds)
-        guard notifying else { return }
+        // Re-arm only for an earlier deadline: firing early costs one idle pass, while moving
+        // the timer on every call (the oldest task changes with each EndTask) costs a
+        // timerfd_settime per call.
+        if let next = model.nextDeadline()?.nanoseconds, next < (timerArmedAt ?? .max) {
+            timer.arm(at: next)
+            timerArmedAt = next
+        }
+        if notifying, !statusPending {
+            statusPending = true
+            // At most one STATUS= per interval: counts change with every call, and a datagram
+            // per call would cost more than the call.
+            statusTimer.arm(at: max(Clock.monotonicNanoseconds(), lastStatusSent + Self.statusInterval))
+        }
+    }
+
+    /// Sends `STATUS=` if it changed since the last one.
+    func sendStatus() {
+        statusPending = false
+        lastStatusSent = Clock.monotonicNanoseconds()
         let status = statusLine()
         if status != lastStatus {
             lastStatus = status
