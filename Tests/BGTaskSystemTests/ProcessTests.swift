@@ -77,7 +77,11 @@ import TestSupport
     @Test func processTreeFindsChildrenAndGrandchildren() throws {
         let root = try Spawned("/bin/sh", ["-c", "sleep 60 & sh -c 'sleep 60 & sleep 60 & wait' & echo ready; wait"])
         try root.expectLine("ready")
-        try waitUntil("five processes") { processTree(of: root.pidfd).count == 5 }
+        // Five processes, three of which have exec'd sleep (a fork is "sh" until then).
+        try waitUntil("five processes, three sleeping") {
+            let tree = processTree(of: root.pidfd)
+            return tree.count == 5 && tree.filter { $0.command == "sleep" }.count == 3
+        }
         let tree = processTree(of: root.pidfd)
         #expect(tree.first?.pid == root.pid)
         #expect(tree.filter { $0.command == "sleep" }.count == 3)
