@@ -238,7 +238,6 @@ for pid in idleApps {
     while now() < giveUp {
         if (try? ProcStat.read(pid: pid))?.state == "T" {
             enforcement.append(Double(now() - deadline) / 1e6)
-            if getenv("BENCH_DEBUG") != nil { say("pid \(pid) stopped \(Double(now() - deadline) / 1e6) ms after its deadline") }
             break
         }
         sleepUntil(now() + 100_000)  // 100 µs between looks: a spinning bench would steal the daemon's CPU
@@ -278,7 +277,9 @@ scale.stop()
 
 var machine = (try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8))?
     .split(separator: "\n").first { $0.hasPrefix("model name") }.map { String($0.split(separator: ":")[1]).trimmingCharacters(in: .whitespaces) } ?? "?"
-machine += ", \(onlineCPUs.count) CPUs, kernel \(ProcessInfo.processInfo.operatingSystemVersionString)"
+let kernel = (try? String(contentsOfFile: "/proc/sys/kernel/osrelease", encoding: .utf8))?
+    .trimmingCharacters(in: .whitespacesAndNewlines) ?? "?"
+machine += ", \(onlineCPUs.count) CPUs, \(ProcessInfo.processInfo.physicalMemory >> 30) GiB, Linux \(kernel)"
 results["machine"] = .string(machine)
 say("\nmachine: \(machine)")
 print("| measure | bgtaskd | baseline | ratio / target |")
