@@ -267,7 +267,7 @@ public final class Daemon {
         run(effects)
         callPidfds.removeAll()
         if !call.oneway || reply.continues, !connection.send(reply) {
-            close(connection)
+            drop(connection)
         }
         // A grant due now (no latency) goes out in this pass, after the reply, rather than
         // costing the loop a timer wake-up.
@@ -357,7 +357,15 @@ public final class Daemon {
     }
 
     func send(_ reply: VarlinkReply, to connection: Connection) {
-        if !connection.send(reply) { close(connection) }
+        if !connection.send(reply) { drop(connection) }
+    }
+
+    /// Closes a connection whose peer is gone or stopped reading, saying which.
+    func drop(_ connection: Connection) {
+        if connection.pendingOutputBytes > Connection.maximumPendingOutput {
+            log(.notice, "Dropping \(connection.id) (uid \(connection.credentials.uid)): over \(Connection.maximumPendingOutput >> 20) MiB of unread replies")
+        }
+        close(connection)
     }
 
     /// Sends a monitor event to every monitor allowed to see an app of `uid`.

@@ -56,6 +56,16 @@ public final class FileDescriptor: @unchecked Sendable {
         return try write(Array(bytes))
     }
 
+    /// Writes what a non-blocking descriptor takes now: `nil` when it takes nothing (`EAGAIN`).
+    public func writeAvailable(_ bytes: [UInt8]) throws(Errno) -> Int? {
+        do {
+            return try write(bytes)
+        } catch {
+            if error.code == EAGAIN { return nil }
+            throw error
+        }
+    }
+
     /// Writes all of `bytes`, blocking as needed.
     public func writeAll<Bytes: Collection<UInt8>>(_ bytes: Bytes) throws(Errno) {
         var rest = Array(bytes)[...]

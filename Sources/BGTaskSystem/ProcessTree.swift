@@ -54,6 +54,9 @@ public enum ProcessTree {
         return children
     }
 
+    /// The names in a directory (without `.` and `..`).
+    public static func directoryNames(_ path: String) -> [String] { directoryEntries(path) }
+
     static func directoryEntries(_ path: String) -> [String] {
         guard let dir = opendir(path) else { return [] }
         defer { closedir(dir) }

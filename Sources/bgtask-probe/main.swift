@@ -4,6 +4,7 @@
 //   subscribe                 open a Subscribe stream        → {"event": {...}} per event
 //   begin NAME                BeginTask                      → {"call":"begin","reply":{...}}
 //   begin-more NAME           BeginTask with more, own conn  → {"task": {...}} per state
+//   begin-json "NAME"         BeginTask, the name a JSON string literal (any bytes)
 //   end ID                    EndTask                        → {"call":"end",...}
 //   finish                    FinishBackgroundTransition     → {"call":"finish",...}
 //   remaining                 GetTimeRemaining               → {"call":"remaining",...}
@@ -64,6 +65,9 @@ var input: [UInt8] = []
         }
     case "begin":
         call("begin", "BeginTask", ["name": .string(argument), "expirationHandler": .bool(true)])
+    case "begin-json":
+        let name = (try? JSON.parse(argument))?.stringValue ?? argument
+        call("begin", "BeginTask", ["name": .string(name), "expirationHandler": .bool(true)])
     case "begin-more":
         do {
             let stream = try VarlinkConnection(path: path)
