@@ -54,13 +54,13 @@ import Varlink
     }
 
     @Test func handlerRunsWhenALateRequestIsDenied() throws {
-        let daemon = try TestDaemon(["TransitionTimeoutSec=300ms", "GrantLatencyMinSec=600ms", "GrantLatencyMaxSec=600ms"])
+        let daemon = try TestDaemon(["TransitionTimeoutSec=1s", "GrantLatencyMinSec=2s", "GrantLatencyMaxSec=2s"])
         let app = try app(daemon)
         try app.send("on-background late")
         try daemon.setState(app.pid, "background")
         // The delegate began "late"; the library waited for its grant until just before the
         // transition deadline, then reported the transition: denied, suspended.
-        try waitUntil("the app suspended", timeout: 3) { processState(app.pid) == "T" }
+        try waitUntil("the app suspended", timeout: 5) { processState(app.pid) == "T" }
         #expect(try daemon.history().last?["reason"] == "transitionFinished")
         try daemon.setState(app.pid, "foreground")
         let expired = try app.next { $0["expired"] != nil }
