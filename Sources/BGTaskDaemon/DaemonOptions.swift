@@ -88,15 +88,9 @@ public struct DaemonOptions: Sendable {
     /// `FILE.d/*.conf`, sorted.
     static func dropIns(of file: String) -> [String] {
         let directory = file + ".d"
-        guard let dir = opendir(directory) else { return [] }
-        defer { closedir(dir) }
-        var names: [String] = []
-        while let entry = readdir(dir) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
-            }
-            if name.hasSuffix(".conf"), !name.hasPrefix(".") { names.append(name) }
-        }
-        return names.sorted().map { "\(directory)/\($0)" }
+        return ProcessTree.directoryNames(directory)
+            .filter { $0.hasSuffix(".conf") && !$0.hasPrefix(".") }
+            .sorted()
+            .map { "\(directory)/\($0)" }
     }
 }

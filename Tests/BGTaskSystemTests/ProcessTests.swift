@@ -33,21 +33,11 @@ import TestSupport
         }
     }
 
-    static let canRecyclePids: Bool = {
-        guard let bytes = try? readFile("/proc/sys/kernel/ns_last_pid") else { return false }
-        return (try? writeLastPID(String(decoding: bytes, as: UTF8.self).filter(\.isNumber))) != nil
-    }()
-
-    static func writeLastPID(_ value: String) throws {
-        let fd = FileDescriptor(try systemCall("open ns_last_pid") { open("/proc/sys/kernel/ns_last_pid", O_WRONLY) })
-        _ = try fd.write(Array(value.utf8))
-    }
-
     /// Starts a child that gets `pid` again (via `ns_last_pid`), retrying while other
     /// processes take it first.
     static func spawn(reusing pid: Int32) throws -> Spawned {
         for _ in 0..<200 {
-            try writeLastPID(String(pid - 1))
+            try Capabilities.writeLastPID(String(pid - 1))
             let child = try Spawned("/bin/sleep", ["60"])
             if child.pid == pid { return child }
         }
@@ -56,7 +46,7 @@ import TestSupport
 
     /// A pidfd keeps naming the process it was opened for: once that process is gone, a new
     /// process with the same pid cannot be signalled through it.
-    @Test(.enabled(if: canRecyclePids, "needs CAP_SYS_ADMIN to write /proc/sys/kernel/ns_last_pid"))
+    @Test(.enabled(if: Capabilities.canRecyclePids, "needs CAP_SYS_ADMIN to write /proc/sys/kernel/ns_last_pid"))
     func signalsThroughAStalePidfdNeverReachARecycledPid() throws {
         let old = try Spawned("/bin/sleep", ["60"])
         let stale = old.pidfd
@@ -91,20 +81,12 @@ import TestSupport
 
 /// The cgroup v2 freezer on a cgroup the test creates.
 @Suite(.serialized) struct CgroupTests {
-    static let writable: Bool = {
-        guard let root = Cgroup.mountPoint else { return false }
-        let probe = root + "/bgtaskd-probe-\(getpid())"
-        guard mkdir(probe, 0o755) == 0 else { return false }
-        rmdir(probe)
-        return true
-    }()
-
     @Test func mountPointIsFoundInMountinfo() throws {
         let root = try #require(Cgroup.mountPoint)
         #expect(access(root + "/cgroup.procs", F_OK) == 0)
     }
 
-    @Test(.enabled(if: writable, "needs a writable cgroup v2 hierarchy (root)"))
+    @Test(.enabled(if: Capabilities.cgroupsWritable, "needs a writable cgroup v2 hierarchy (root)"))
     func freezeThawAndKillACgroup() throws {
         let cgroup = Cgroup(directory: Cgroup.mountPoint! + "/bgtaskd-test-\(getpid())-freeze")
         try systemCall("mkdir") { mkdir(cgroup.directory, 0o755) }

@@ -9,14 +9,6 @@ import Varlink
 @Suite(.serialized) struct EnforcementEndToEndTests {
     static let tree = "sleep 60 & sh -c 'sleep 60 & sleep 60 & wait' & echo ready; wait"
 
-    static let cgroupsWritable: Bool = {
-        guard let root = Cgroup.mountPoint else { return false }
-        let probe = root + "/bgtaskd-probe-\(getpid())"
-        guard mkdir(probe, 0o755) == 0 else { return false }
-        rmdir(probe)
-        return true
-    }()
-
     @Test func wholeTreeIsStoppedResumedAndTerminated() throws {
         let daemon = try TestDaemon(["SuspendMode=signal"])
         let app = try Spawned("/bin/sh", ["-c", Self.tree])
@@ -33,7 +25,7 @@ import Varlink
         #expect(try daemon.history().last?["reason"]?.stringValue == "manager")
     }
 
-    @Test(.enabled(if: cgroupsWritable, "needs a writable cgroup v2 hierarchy (root)"))
+    @Test(.enabled(if: Capabilities.cgroupsWritable, "needs a writable cgroup v2 hierarchy (root)"))
     func appWithItsOwnCgroupIsFrozenAndThawed() throws {
         let cgroup = Cgroup(directory: Cgroup.mountPoint! + "/bgtaskd-test-\(getpid())-app")
         try systemCall("mkdir") { mkdir(cgroup.directory, 0o755) }
@@ -91,19 +83,10 @@ import Varlink
         #expect(try daemon.app(app.pid)?["state"]?.stringValue == "suspended")
     }
 
-    static let canRecyclePids = (try? readFile("/proc/sys/kernel/ns_last_pid")).map { bytes in
-        (try? writeLastPID(String(decoding: bytes, as: UTF8.self).filter(\.isNumber))) != nil
-    } ?? false
-
-    static func writeLastPID(_ value: String) throws {
-        let fd = FileDescriptor(try systemCall("open ns_last_pid") { open("/proc/sys/kernel/ns_last_pid", O_WRONLY) })
-        _ = try fd.write(Array(value.utf8))
-    }
-
     /// The daemon is stopped while an app it is about to kill dies and its pid goes to a new
     /// process; when the daemon runs again the deadline has passed, and the new process must
     /// be untouched.
-    @Test(.enabled(if: canRecyclePids, "needs CAP_SYS_ADMIN to write /proc/sys/kernel/ns_last_pid"))
+    @Test(.enabled(if: Capabilities.canRecyclePids, "needs CAP_SYS_ADMIN to write /proc/sys/kernel/ns_last_pid"))
     func aRecycledPidIsNeverSignalled() throws {
         let daemon = try TestDaemon(["BackgroundTimeSec=400ms", "ExpirationWarningSec=100ms", "GrantLatencyMaxSec=5ms"])
         let probe = try daemon.probe()
@@ -118,7 +101,7 @@ import Varlink
         try probe.process.wait(timeout: 5)
         var recycled: Spawned?
         for _ in 0..<200 where recycled == nil {
-            try Self.writeLastPID(String(pid - 1))
+            try Capabilities.writeLastPID(String(pid - 1))
             let candidate = try Spawned("/bin/sleep", ["60"])
             if candidate.pid == pid { recycled = candidate }
         }

@@ -154,3 +154,27 @@ public func processState(_ pid: Int32) -> Character? {
 public func processTree(of root: Pidfd) -> [ProcStat] {
     ProcessTree.members(of: root).compactMap { try? ProcStat.read(pid: $0.pid) }
 }
+
+/// What this machine lets a test do, checked once.
+public enum Capabilities {
+    /// A cgroup v2 hierarchy the test may create cgroups in (root).
+    public static let cgroupsWritable: Bool = {
+        guard let root = Cgroup.mountPoint else { return false }
+        let probe = root + "/bgtaskd-probe-\(getpid())"
+        guard mkdir(probe, 0o755) == 0 else { return false }
+        rmdir(probe)
+        return true
+    }()
+
+    /// `/proc/sys/kernel/ns_last_pid` is writable (CAP_SYS_ADMIN), so pids can be recycled.
+    public static let canRecyclePids: Bool = {
+        guard let bytes = try? readFile("/proc/sys/kernel/ns_last_pid") else { return false }
+        return (try? writeLastPID(String(decoding: bytes, as: UTF8.self).filter(\.isNumber))) != nil
+    }()
+
+    /// Sets the last pid handed out, so the next process gets the one after it.
+    public static func writeLastPID(_ value: String) throws {
+        let fd = FileDescriptor(try systemCall("open ns_last_pid") { open("/proc/sys/kernel/ns_last_pid", O_WRONLY) })
+        _ = try fd.write(Array(value.utf8))
+    }
+}
