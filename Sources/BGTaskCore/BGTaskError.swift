@@ -10,8 +10,6 @@ public enum BGTaskError: Error, Equatable, Sendable {
     case noSuchApp(Int32)
     /// A parameter was refused (pid 1, the daemon itself, a kernel thread, a bad value).
     case invalidParameter(String)
-    /// The caller may not do this.
-    case permissionDenied
 
     /// The error's Varlink name.
     public var varlinkName: String {
@@ -21,7 +19,6 @@ public enum BGTaskError: Error, Equatable, Sendable {
         case .limitExceeded: "io.bgtaskd.App.LimitExceeded"
         case .noSuchApp: "io.bgtaskd.Manager.NoSuchApp"
         case .invalidParameter: "org.varlink.service.InvalidParameter"
-        case .permissionDenied: "org.varlink.service.PermissionDenied"
         }
     }
 }

@@ -138,7 +138,6 @@ extension BGTaskError {
         case let .limitExceeded(limit): VarlinkError(varlinkName, parameters: ["limit": .string(limit)])
         case let .noSuchApp(pid): VarlinkError(varlinkName, parameters: ["pid": .int(Int64(pid))])
         case let .invalidParameter(what): VarlinkError(varlinkName, parameters: ["parameter": .string(what)])
-        case .permissionDenied: VarlinkError(varlinkName)
         }
     }
 }

@@ -141,7 +141,6 @@ let (appsOut, appsOutWrite) = try Subprocess.pipe()       // each app writes "ok
 try appsOut.setNonBlocking()
 let appBinary = binaryDirectory + "/bgtask-bench-app"
 var appPIDs: [Int32] = []
-var lines: [String] = []
 var buffered: [UInt8] = []
 
 /// Spawns `count` apps and waits until each reported in; returns their pids.
