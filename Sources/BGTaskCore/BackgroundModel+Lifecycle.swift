@@ -196,7 +196,7 @@ extension BackgroundModel {
         apps[app] = nil
         count(from: record.state, to: nil)
         if signal != .kill {
-            terminating.insert(app)
+            terminating[app] = now + configuration.terminateGrace
             timers.insert(.kill(app), at: now + configuration.terminateGrace)
         }
         effects.append(.act(AppActionRecord(app: app, uid: record.uid, command: record.command, action: .terminated,
@@ -240,7 +240,8 @@ extension BackgroundModel {
             case let .deadline(app, epoch):
                 if apps[app]?.epoch == epoch { expire(app, at: at, effects: &effects) }
             case let .kill(process):
-                guard terminating.remove(process) != nil else { continue }
+                guard terminating.removeValue(forKey: process) != nil else { continue }
+                apps.touch(process)
                 effects.append(.kill(process))
                 settleWatch(process, before: true, effects: &effects)
             }

@@ -157,7 +157,7 @@ extension BackgroundModel {
         ageQueueDead += 1
         let entries = ageQueue.count - ageQueueHead
         guard ageQueueDead > 64, ageQueueDead * 2 > entries else { return }
-        let tasks = self.tasks
+        let tasks = self.tasks.dictionary
         ageQueue = ageQueue[ageQueueHead...].filter { tasks[$0.id] != nil }
         ageQueueHead = 0
         ageQueueDead = 0

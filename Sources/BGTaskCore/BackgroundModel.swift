@@ -43,13 +43,14 @@ public struct BackgroundModel {
     /// Whether to emit debug log records (every task granted and ended). Off, they are not
     /// even formatted: they would cost more than the call they describe.
     public var debugLogging = true
-    var apps: [ProcessIdentity: AppRecord] = [:]
+    var apps = ChangeTracked<ProcessIdentity, AppRecord>()
     /// Active tasks only: a task that ends is forgotten (its names live on in history).
-    var tasks: [TaskID: TaskRecord] = [:]
+    var tasks = ChangeTracked<TaskID, TaskRecord>()
     var tasksByOwner: [ProcessIdentity: Set<TaskID>] = [:]
     var tasksByConnection: [ConnectionID: Set<TaskID>] = [:]
-    /// Processes sent a catchable terminate signal, waiting for their grace to run out.
-    var terminating: Set<ProcessIdentity> = []
+    /// Processes sent a catchable terminate signal, and when their grace runs out (the
+    /// `SIGKILL`). Changes are noted in `apps`, whose entry for the process is gone.
+    var terminating: [ProcessIdentity: Instant] = [:]
     var timers = TimerQueue()
     /// Tasks in creation order, for the age warning. Its delay is one constant, so the
     /// deadlines come in this order: a queue, not heap entries that would outlive their
@@ -167,7 +168,7 @@ public struct BackgroundModel {
     /// Whether the daemon must watch `process` for its exit: it is an app, owns a task, or
     /// is being terminated.
     func needsWatch(_ process: ProcessIdentity) -> Bool {
-        apps[process] != nil || !(tasksByOwner[process]?.isEmpty ?? true) || terminating.contains(process)
+        apps[process] != nil || !(tasksByOwner[process]?.isEmpty ?? true) || terminating[process] != nil
     }
 
     /// Emits `watch`/`unwatch` if whether `process` needs a watch changed since it was `before`.

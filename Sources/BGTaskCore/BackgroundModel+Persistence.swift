@@ -1,0 +1,200 @@
+/// What survives a daemon restart (DESIGN.md §5: the state lives in `$RUNTIME_DIRECTORY`):
+/// every app and task with its deadlines, processes waiting for their `SIGKILL`, and the
+/// next task id. Deadlines are `CLOCK_MONOTONIC` instants, which run on across a restart
+/// of the daemon (not of the machine: the daemon checks the boot id).
+public struct SavedApp: Equatable, Sendable {
+    public var identity: ProcessIdentity
+    public var uid: UInt32
+    public var command: String
+    public var state: AppState
+    public var phase: BackgroundPhase?
+    public var deadline: Instant?
+    public var transitionDeadline: Instant?
+    public var warned: Bool
+
+    public init(identity: ProcessIdentity, uid: UInt32, command: String, state: AppState, phase: BackgroundPhase?,
+                deadline: Instant?, transitionDeadline: Instant?, warned: Bool) {
+        self.identity = identity
+        self.uid = uid
+        self.command = command
+        self.state = state
+        self.phase = phase
+        self.deadline = deadline
+        self.transitionDeadline = transitionDeadline
+        self.warned = warned
+    }
+}
+
+public struct SavedTask: Equatable, Sendable {
+    public var id: TaskID
+    public var app: ProcessIdentity
+    public var owner: ProcessIdentity
+    public var name: String
+    public var expirationHandler: Bool
+    /// Begun with `more`: it ends with its connection, which a restart closes.
+    public var connectionBound: Bool
+    public var created: Instant
+    public var state: TaskState
+    public var grantAt: Instant
+    public var ageWarned: Bool
+
+    public init(id: TaskID, app: ProcessIdentity, owner: ProcessIdentity, name: String, expirationHandler: Bool,
+                connectionBound: Bool, created: Instant, state: TaskState, grantAt: Instant, ageWarned: Bool) {
+        self.id = id
+        self.app = app
+        self.owner = owner
+        self.name = name
+        self.expirationHandler = expirationHandler
+        self.connectionBound = connectionBound
+        self.created = created
+        self.state = state
+        self.grantAt = grantAt
+        self.ageWarned = ageWarned
+    }
+}
+
+/// The whole saved state, as read back.
+public struct SavedState: Equatable, Sendable {
+    public var apps: [ProcessIdentity: SavedApp] = [:]
+    public var tasks: [TaskID: SavedTask] = [:]
+    /// Terminated processes and when their `SIGKILL` is due.
+    public var terminating: [ProcessIdentity: Instant] = [:]
+    public var nextTaskID: TaskID = 1
+
+    public init() {}
+
+    /// Applies a change, as read back from the state file's log.
+    public mutating func apply(_ change: SavedProcessChange) {
+        switch change {
+        case let .app(app):
+            apps[app.identity] = app
+            terminating[app.identity] = nil
+        case let .terminating(process, killAt):
+            apps[process] = nil
+            terminating[process] = killAt
+        case let .gone(process):
+            apps[process] = nil
+            terminating[process] = nil
+        }
+    }
+
+    public mutating func apply(_ change: SavedTaskChange) {
+        switch change {
+        case let .task(task): tasks[task.id] = task
+        case let .gone(id): tasks[id] = nil
+        }
+    }
+}
+
+/// How one process's saved record changed.
+public enum SavedProcessChange: Equatable, Sendable {
+    case app(SavedApp)
+    case terminating(ProcessIdentity, killAt: Instant)
+    /// Neither an app nor terminating any more.
+    case gone(ProcessIdentity)
+}
+
+/// How one task's saved record changed.
+public enum SavedTaskChange: Equatable, Sendable {
+    case task(SavedTask)
+    case gone(TaskID)
+}
+
+extension BackgroundModel {
+    /// The id the next task gets.
+    public var nextTaskIdentifier: TaskID { nextTaskID }
+
+    /// What changed since the last call: the daemon writes these before it carries out the
+    /// effects, so what is on disk is never behind what was done to a process.
+    public mutating func takeChanges() -> (processes: [SavedProcessChange], tasks: [SavedTaskChange]) {
+        let processes = apps.takeChanges().map { identity -> SavedProcessChange in
+            if let app = apps[identity] { return .app(saved(app)) }
+            if let killAt = terminating[identity] { return .terminating(identity, killAt: killAt) }
+            return .gone(identity)
+        }
+        let tasks = self.tasks.takeChanges().map { id -> SavedTaskChange in
+            self.tasks[id].map { .task(saved($0)) } ?? .gone(id)
+        }
+        return (processes, tasks)
+    }
+
+    /// Everything, for rewriting the state file from scratch.
+    public func savedState() -> SavedState {
+        var state = SavedState()
+        for app in apps.values { state.apps[app.identity] = saved(app) }
+        for task in tasks.values { state.tasks[task.id] = saved(task) }
+        state.terminating = terminating
+        state.nextTaskID = nextTaskID
+        return state
+    }
+
+    func saved(_ app: AppRecord) -> SavedApp {
+        SavedApp(identity: app.identity, uid: app.uid, command: app.command, state: app.state, phase: app.phase,
+                 deadline: app.deadline, transitionDeadline: app.transitionDeadline, warned: app.warned)
+    }
+
+    func saved(_ task: TaskRecord) -> SavedTask {
+        SavedTask(id: task.id, app: task.app, owner: task.owner, name: task.name, expirationHandler: task.expirationHandler,
+                  connectionBound: task.connection != nil, created: task.created, state: task.state,
+                  grantAt: task.grantAt, ageWarned: task.ageWarned)
+    }
+
+    /// Takes over the state a previous daemon saved, into a model with no apps. Every
+    /// process in it is watched again (the daemon reports those that died meanwhile as
+    /// exited), timers are armed at their saved instants (`advance(to:)` then fires those
+    /// that passed while no daemon ran, in order), and what a restart necessarily ends,
+    /// ends: tasks bound to a connection, and transitions whose subscriber was connected.
+    public mutating func restore(_ saved: SavedState, at now: Instant, effects: inout [Effect]) {
+        precondition(apps.count == 0 && tasks.count == 0, "restore into a model with no apps")
+        nextTaskID = max(nextTaskID, saved.nextTaskID, (saved.tasks.keys.max() ?? 0) + 1)
+        for app in saved.apps.values.sorted(by: { $0.identity.pid < $1.identity.pid }) {
+            var record = AppRecord(identity: app.identity, uid: app.uid, command: app.command)
+            record.state = app.state
+            record.phase = app.state == .background ? (app.phase ?? .running) : nil
+            record.deadline = app.deadline
+            record.transitionDeadline = app.transitionDeadline
+            record.warned = app.warned
+            record.epoch = 1
+            apps[app.identity] = record
+            count(from: nil, to: app.state)
+            effects.append(.watch(app.identity))
+            guard app.state == .background, let deadline = app.deadline else { continue }
+            if !app.warned {
+                timers.insert(.warning(app.identity, epoch: 1), at: max(.zero, deadline - configuration.expirationWarning))
+            }
+            timers.insert(.deadline(app.identity, epoch: 1), at: deadline)
+            if record.phase == .transition, let transitionDeadline = app.transitionDeadline {
+                timers.insert(.transitionTimeout(app.identity, epoch: 1), at: transitionDeadline)
+            }
+        }
+        let previousConnections = ConnectionID(0)
+        for task in saved.tasks.values.sorted(by: { $0.id < $1.id }) where apps[task.app] != nil && task.state.isActive {
+            let record = TaskRecord(id: task.id, app: task.app, owner: task.owner,
+                                    connection: task.connectionBound ? previousConnections : nil, name: task.name,
+                                    expirationHandler: task.expirationHandler, created: task.created,
+                                    state: task.state, grantAt: task.grantAt, ageWarned: task.ageWarned)
+            let watched = needsWatch(task.owner)
+            tasks[task.id] = record
+            apps[task.app]?.taskIDs.append(task.id)
+            tasksByOwner[task.owner, default: []].insert(task.id)
+            if task.connectionBound { tasksByConnection[previousConnections, default: []].insert(task.id) }
+            settleWatch(task.owner, before: watched, effects: &effects)
+            if task.state == .pending { timers.insert(.grant(task.id), at: task.grantAt) }
+            if !task.ageWarned { ageQueue.append((task.id, task.created)) }
+        }
+        ageQueue.sort { $0.created < $1.created }
+        for (process, killAt) in saved.terminating where apps[process] == nil {
+            let watched = needsWatch(process)
+            terminating[process] = killAt
+            apps.touch(process)
+            timers.insert(.kill(process), at: killAt)
+            settleWatch(process, before: watched, effects: &effects)
+        }
+        // The restart closed every connection: the same as each closing (rule 9) and each
+        // subscriber leaving mid-transition.
+        connectionClosed(previousConnections, at: now, effects: &effects)
+        for app in apps.values where app.phase == .transition {
+            finishTransition(of: app.identity, at: now, effects: &effects)
+        }
+    }
+}

@@ -1,0 +1,30 @@
+/// A dictionary that remembers which keys changed, so the daemon can save only those.
+///
+/// Every write goes through the subscript (`_modify` mutates in place: appending to a
+/// record's array does not copy it), which notes the key; `takeChanges()` hands the keys
+/// over and starts afresh.
+struct ChangeTracked<Key: Hashable, Value> {
+    private(set) var dictionary: [Key: Value] = [:]
+    private var changed: Set<Key> = []
+
+    subscript(key: Key) -> Value? {
+        get { dictionary[key] }
+        _modify {
+            changed.insert(key)
+            yield &dictionary[key]
+        }
+    }
+
+    var count: Int { dictionary.count }
+    var keys: Dictionary<Key, Value>.Keys { dictionary.keys }
+    var values: Dictionary<Key, Value>.Values { dictionary.values }
+
+    /// The keys written since the last call.
+    mutating func takeChanges() -> Set<Key> {
+        defer { changed.removeAll(keepingCapacity: true) }
+        return changed
+    }
+
+    /// Notes `key` as changed without writing it.
+    mutating func touch(_ key: Key) { changed.insert(key) }
+}

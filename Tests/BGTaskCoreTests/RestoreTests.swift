@@ -1,0 +1,138 @@
+import Testing
+@testable import BGTaskCore
+
+/// Restart without loss, in the model: what the daemon saves change by change adds up to
+/// the whole state, and a model restored from it behaves as the original would have.
+@Suite struct RestoreTests {
+    /// Apps in every state at t = 10 s, none subscribed (a restart drops subscribers, which
+    /// changes behaviour by design; that is tested on its own below).
+    static func everyState(terminateSignal: TerminateSignal = .term) throws -> (ModelHarness, [String: ProcessIdentity]) {
+        var h = ModelHarness {
+            $0.terminateSignal = terminateSignal
+            $0.grantLatencyMin = .milliseconds(10)
+            $0.grantLatencyMax = .milliseconds(900)
+        }
+        var apps: [String: ProcessIdentity] = [:]
+        apps["foreground"] = try h.app(pid: 100)
+        try h.begin(apps["foreground"]!, "dormant")
+        apps["suspended"] = try h.app(pid: 101)
+        apps["running"] = try h.app(pid: 102)
+        apps["expiring"] = try h.app(pid: 103)
+        apps["terminating"] = try h.app(pid: 104)
+        apps["helped"] = try h.app(pid: 105)
+        h.at(1)
+        try h.begin(apps["running"]!, "upload")
+        try h.begin(apps["expiring"]!, "sync")
+        let helper = h.process(pid: 200, ancestors: [apps["helped"]!])
+        try h.model.beginTask(in: apps["helped"]!, owner: helper.identity, name: "helper", expirationHandler: false,
+                              connection: nil, at: h.now, effects: &h.effects)
+        h.at(2)
+        try h.background(apps["expiring"]!)
+        h.at(7)
+        for name in ["suspended", "running", "helped"] { try h.background(apps[name]!) }
+        try h.begin(apps["running"]!, "late")  // still pending at 10 s unless its latency was short
+        h.at(9)
+        try h.model.terminate(apps["terminating"]!, at: h.now, effects: &h.effects)  // SIGKILL due at 11 s
+        h.at(10)
+        return (h, apps)
+    }
+
+    @Test func changesAddUpToTheWholeState() throws {
+        var (h, apps) = try Self.everyState()
+        var saved = SavedState()
+        func replay() {
+            let changes = h.model.takeChanges()
+            for change in changes.processes { saved.apply(change) }
+            for change in changes.tasks { saved.apply(change) }
+            saved.nextTaskID = h.model.nextTaskIdentifier
+            #expect(saved == h.model.savedState())
+        }
+        replay()
+        for t in stride(from: 10.0, through: 45, by: 0.5) {
+            h.at(t)
+            if t == 20 { try h.foreground(apps["suspended"]!) }
+            if t == 21 { try h.background(apps["suspended"]!) }
+            if t == 30, let id = h.model.listTasks(of: apps["expiring"]!, at: h.now).first?.id {
+                try h.end(id, in: apps["expiring"]!)
+            }
+            replay()
+        }
+        #expect(saved.apps.isEmpty == false)
+    }
+
+    @Test func restoredModelActsAsTheOriginalWouldHave() throws {
+        let (original, _) = try Self.everyState()
+        var h = original
+        var restored = ModelHarness()
+        restored.model = BackgroundModel(configuration: h.model.configuration, seed: 7)
+        restored.now = h.now
+        restored.model.restore(h.model.savedState(), at: h.now, effects: &restored.effects)
+
+        #expect(restored.model.listApps(at: h.now) == h.model.listApps(at: h.now))
+        #expect(restored.model.listTasks(at: h.now) == h.model.listTasks(at: h.now))
+        #expect(restored.model.stateCounts == h.model.stateCounts)
+        #expect(restored.model.nextTaskIdentifier == h.model.nextTaskIdentifier)
+        let watched = Set(restored.take().compactMap { if case let .watch(p) = $0 { p } else { nil } })
+        #expect(watched.count == 7)  // six apps (one terminating) and the helper
+
+        // Every later timer fires at the same instant with the same outcome.
+        _ = h.take()
+        for t in stride(from: 10.0, through: 60, by: 0.25) {
+            h.at(t)
+            restored.at(t)
+            // Timers due at one instant may fire in another order across apps (the restored
+            // heap was filled app by app), never at another instant.
+            let expected = h.take().filter(\.isDecision).map { "\($0)" }.sorted()
+            #expect(restored.take().filter(\.isDecision).map { "\($0)" }.sorted() == expected, "at \(t)s")
+        }
+        #expect(restored.model.appCount == h.model.appCount)
+    }
+
+    @Test func deadlinesThatPassedWhileNoDaemonRanFireInOrder() throws {
+        let (h, apps) = try Self.everyState(terminateSignal: .kill)
+        let saved = h.model.savedState()
+        var restored = ModelHarness()
+        restored.model = BackgroundModel(configuration: h.model.configuration, seed: 7)
+        restored.now = .seconds(50)  // the daemon was down from 10 s to 50 s
+        restored.model.restore(saved, at: restored.now, effects: &restored.effects)
+        restored.at(50)
+        let acts = restored.take().compactMap { if case let .act(r, _) = $0 { "\(r.app.pid) \(r.action) \(r.reason)" } else { nil } }
+        // "expiring" (background at 2 s) held "sync" past 32 s; "running" held "upload" past 37 s;
+        // "helped" held its helper's task past 37 s.
+        #expect(acts == ["\(apps["expiring"]!.pid) terminated assertionsBeyondPermittedTime",
+                         "\(apps["running"]!.pid) terminated assertionsBeyondPermittedTime",
+                         "\(apps["helped"]!.pid) terminated assertionsBeyondPermittedTime"])
+        #expect(restored.state(apps["suspended"]!) == .suspended)
+        #expect(restored.state(apps["foreground"]!) == .foreground)
+    }
+
+    @Test func aRestartEndsConnectionTasksAndTransitions() throws {
+        var h = ModelHarness()
+        let app = try h.app(pid: 100, subscribed: true)
+        let streamed = try h.begin(app, "streamed", connection: ConnectionID(9))
+        let held = try h.begin(app, "held")
+        h.at(1)
+        try h.background(app)
+        #expect(h.phase(app) == .transition)
+        var restored = ModelHarness()
+        restored.now = h.now
+        restored.model.restore(h.model.savedState(), at: h.now, effects: &restored.effects)
+        let ended = restored.take().compactMap { if case let .taskChanged(t) = $0 { "\(t.id) \(t.state) \(t.reason!)" } else { nil } }
+        #expect(ended == ["\(streamed) ended connectionClosed"])
+        // Its subscriber went with the old daemon: the transition counts as finished, and the
+        // granted task it still holds keeps it running.
+        #expect(restored.phase(app) == .running)
+        #expect(restored.taskState(held) == .granted)
+        #expect(restored.model.snapshot(of: app, at: restored.now)?.subscribed == false)
+    }
+}
+
+extension Effect {
+    /// What was decided, as opposed to what is watched or logged (logs name no clock).
+    var isDecision: Bool {
+        switch self {
+        case .lifecycle, .taskChanged, .act, .kill: true
+        case .watch, .unwatch, .log: false
+        }
+    }
+}
