@@ -14,9 +14,11 @@ import Varlink
 ///
 /// Every method may be called from any thread. The delegate, the expiration handlers and
 /// the notifications run on `queue` (main by default, which needs a running main queue:
-/// `dispatchMain()` or a run loop). If bgtaskd goes away, every outstanding expiration
-/// handler runs with `.daemonUnavailable`, calls fail at once (`.invalid`), and the library
-/// reconnects and resubscribes by itself.
+/// `dispatchMain()` or a run loop). If bgtaskd goes away, calls fail at once (`.invalid`)
+/// and the library reconnects and resubscribes by itself. bgtaskd keeps its tasks across
+/// a restart, so outstanding tasks wait `daemonRestartGrace` for it to come back: those it
+/// still holds go on; the expiration handlers of the others (or of all, if it does not
+/// come back in time) run with `.daemonUnavailable`.
 public final class BackgroundApplication: @unchecked Sendable {
     /// Posted on `NotificationCenter.default` after `applicationDidEnterBackground(_:)`.
     public static let didEnterBackgroundNotification = Notification.Name("BackgroundApplicationDidEnterBackground")
@@ -29,6 +31,9 @@ public final class BackgroundApplication: @unchecked Sendable {
     public let queue: DispatchQueue
     /// How long a call may take before it fails (it never hangs).
     public var callTimeout: TimeInterval = 5
+    /// How long outstanding tasks wait for bgtaskd to come back before their expiration
+    /// handlers run with `.daemonUnavailable` (systemd restarts it within a second).
+    public static let daemonRestartGrace: TimeInterval = 3
     /// Where the library's log lines go (UIKit logs to the console); default stderr.
     public static var logHandler: @Sendable (String) -> Void {
         get { log.withLock { $0 } }
@@ -44,6 +49,8 @@ public final class BackgroundApplication: @unchecked Sendable {
         var granted = false
         /// The daemon ended it (denied, expired, or gone): `endBackgroundTask` is quiet.
         var finished = false
+        /// The daemon went away while it was active: it may still hold it when it comes back.
+        var orphaned = false
     }
 
     struct Transition {
@@ -63,6 +70,8 @@ public final class BackgroundApplication: @unchecked Sendable {
         var earlyEvents: [Int: [EventThread.TaskEvent]] = [:]
         var earlyOrder: [Int] = []
         var transition: Transition?
+        /// Tasks ended while the daemon was away, to end once it is back (it may have kept them).
+        var pendingEnds: [Int] = []
         var delegate: Confined<() -> BackgroundApplicationDelegate?> = Confined(value: { nil })
         var closed = false
     }
@@ -153,16 +162,27 @@ public final class BackgroundApplication: @unchecked Sendable {
             Self.emit("Can't end background task \(identifier): no such task (already ended?)")
             return
         }
-        if entry.finished { return }  // the daemon already ended it
-        do {
-            _ = try call("EndTask", ["taskId": .int(Int64(identifier.rawValue))])
-        } catch {
-            if (error as? ClientError)?.varlinkError?.name != "io.bgtaskd.App.NoSuchTask" {
-                Self.emit("Ending background task \(identifier) failed: \(error)")
-            }
-        }
+        if entry.finished, !entry.orphaned { return }  // the daemon already ended it
+        end(identifier.rawValue)
         events.wake()  // the transition may have been waiting on it
     }
+
+    /// Sends `EndTask`; while the daemon is away, remembers to once it is back.
+    func end(_ id: Int) {
+        do {
+            _ = try call("EndTask", ["taskId": .int(Int64(id))])
+        } catch let error as ClientError where error.code != .callFailed {
+            state.withLock { state in
+                if state.pendingEnds.count < Self.maximumPendingEnds { state.pendingEnds.append(id) }
+            }
+        } catch {
+            if (error as? ClientError)?.varlinkError?.name != "io.bgtaskd.App.NoSuchTask" {
+                Self.emit("Ending background task \(id) failed: \(error)")
+            }
+        }
+    }
+
+    static let maximumPendingEnds = 4096
 
     /// Seconds of background time left: `.greatestFiniteMagnitude` in the foreground (or
     /// while disconnected), never negative.

@@ -23,6 +23,8 @@ final class EventThread: @unchecked Sendable {
     private var subscription: VarlinkConnection?
     private var reconnectDelay = EventThread.reconnectDelays.lowerBound
     private var nextReconnect: Int64?
+    /// When the handlers of tasks orphaned by a lost daemon run, unless it comes back first.
+    private var orphanDeadline: Int64?
     private let wakeRead: FileDescriptor
     private let wakeWrite: FileDescriptor
 
@@ -48,7 +50,7 @@ final class EventThread: @unchecked Sendable {
         while !app.state.withLock({ $0.closed }) {
             let now = Clock.monotonicNanoseconds()
             let finishBy = app.state.withLock { $0.transition.flatMap { $0.returned ? $0.finishBy : nil } }
-            let deadlines = [finishBy, subscription == nil ? nextReconnect : nil].compactMap { $0 }
+            let deadlines = [finishBy, subscription == nil ? nextReconnect : nil, orphanDeadline].compactMap { $0 }
             let timeout = deadlines.min().map { Int32(max(0, min(60_000, ($0 - now + 999_999) / 1_000_000))) } ?? -1
             var descriptors = [wakeRead.rawValue]
             if let subscription { descriptors.append(subscription.fileDescriptor) }
@@ -56,6 +58,10 @@ final class EventThread: @unchecked Sendable {
             if ready.contains(0) { _ = try? wakeRead.readAvailable(upTo: 256) }
             if ready.contains(1), let stream = subscription { follow(stream, app) }
             if subscription == nil { reconnectIfDue(app) }
+            if let due = orphanDeadline, Clock.monotonicNanoseconds() >= due {
+                orphanDeadline = nil
+                expireOrphans(app, keeping: [])
+            }
             finishTransitionIfDue(app)
         }
         subscription?.close()
@@ -82,11 +88,18 @@ final class EventThread: @unchecked Sendable {
         switch event["event"]?.stringValue {
         case "subscribed"?:
             reconnectDelay = Self.reconnectDelays.lowerBound
-            app.state.withLock { state in
+            let pendingEnds = app.state.withLock { state in
                 state.connected = true
                 state.appState = event["state"]?.stringValue ?? "foreground"
                 state.remaining = remaining.map { ($0, now) }
+                defer { state.pendingEnds = [] }
+                return state.pendingEnds
             }
+            // Back after a restart: the tasks the daemon kept go on, the others are gone.
+            orphanDeadline = nil
+            let held = Set((event["taskIds"]?.arrayValue ?? []).compactMap(\.intValue).map(Int.init))
+            expireOrphans(app, keeping: held)
+            for id in pendingEnds { app.end(id) }
         case "didEnterBackground"?:
             let timeout = Int64((event["transitionTimeout"]?.doubleValue ?? 0) * 1e9)
             let delegate = app.state.withLock { state in
@@ -176,36 +189,57 @@ final class EventThread: @unchecked Sendable {
         if due { _ = try? app.call("FinishBackgroundTransition") }
     }
 
-    /// The daemon went away: every outstanding handler runs with `.daemonUnavailable`, and
-    /// reconnection starts.
+    /// The daemon went away: reconnection starts, and outstanding tasks wait
+    /// `daemonRestartGrace` for it (it keeps them across a restart).
     private func disconnected(_ app: BackgroundApplication, why: String) {
         subscription?.close()
         subscription = nil
-        let handlers = app.state.withLock { state -> [@Sendable (ExpirationReason) -> Void] in
+        let orphaned = app.state.withLock { state -> Int in
             let wasConnected = state.connected
             state.connected = false
             state.appState = "foreground"
             state.remaining = nil
             state.transition = nil
-            guard wasConnected else { return [] }
-            var handlers: [@Sendable (ExpirationReason) -> Void] = []
+            guard wasConnected else { return 0 }
+            var orphaned = 0
             for (id, var entry) in state.tasks where !entry.finished {
-                entry.finished = true
-                if let handler = entry.handler { handlers.append(handler) }
-                entry.handler = nil
+                entry.orphaned = true
                 state.tasks[id] = entry
+                orphaned += 1
             }
-            return handlers
+            return orphaned
         }
         app.calls.withLock { connection in
             connection?.close()
             connection = nil
         }
-        if !handlers.isEmpty || nextReconnect == nil {
+        if orphaned > 0 || nextReconnect == nil {
             BackgroundApplication.emit("Lost bgtaskd (\(why)); reconnecting")
         }
-        for handler in handlers { app.onQueue { handler(.daemonUnavailable) } }
+        if orphaned > 0, orphanDeadline == nil {
+            orphanDeadline = Clock.monotonicNanoseconds() + Int64(BackgroundApplication.daemonRestartGrace * 1e9)
+        }
         nextReconnect = Clock.monotonicNanoseconds() + reconnectDelay
+    }
+
+    /// Runs, with `.daemonUnavailable`, the handlers of orphaned tasks the daemon does not
+    /// hold (`held`: what it said it holds on resubscribing; empty when it did not come back).
+    private func expireOrphans(_ app: BackgroundApplication, keeping held: Set<Int>) {
+        let handlers = app.state.withLock { state -> [@Sendable (ExpirationReason) -> Void] in
+            var handlers: [@Sendable (ExpirationReason) -> Void] = []
+            for (id, var entry) in state.tasks where entry.orphaned && !entry.finished {
+                if held.contains(id) {
+                    entry.orphaned = false
+                } else {
+                    entry.finished = true
+                    if let handler = entry.handler { handlers.append(handler) }
+                    entry.handler = nil
+                }
+                state.tasks[id] = entry
+            }
+            return handlers
+        }
+        for handler in handlers { app.onQueue { handler(.daemonUnavailable) } }
     }
 
     private func reconnectIfDue(_ app: BackgroundApplication) {

@@ -76,6 +76,8 @@ extension Daemon {
                 "event": .string("subscribed"), "pid": .int(Int64(app.pid)), "state": .string(snapshot.state.rawValue),
                 "phase": snapshot.phase.map { .string($0.rawValue) } ?? .null,
                 "backgroundTimeRemaining": Wire.seconds(snapshot.backgroundTimeRemaining),
+                // What the app holds now: after a daemon restart, what survived it.
+                "taskIds": .array(model.listTasks(of: app, at: now).map { .int(Int64($0.id)) }),
             ], continues: true)
         case "BeginTask":
             let parameters = try Parameters(call.parameters, allowed: ["name", "expirationHandler"])

@@ -17,6 +17,10 @@ public final class Daemon {
 
     let listener: FileDescriptor
     let socketPath: String?
+    /// Where the state survives a restart.
+    let stateFile: StateFile
+    /// Set once a write failed, so the failure is logged once, not per call.
+    var stateWriteFailed = false
     var sources: [EventSource] = []
     var timer: EventSource!
 
@@ -48,10 +52,11 @@ public final class Daemon {
 
     /// Sets up the loop on `listener` (bound or passed by systemd). Nothing runs until `run()`.
     public init(options: DaemonOptions, configuration: Configuration, listener: FileDescriptor,
-                socketPath: String?) throws(Errno) {
+                socketPath: String?, stateDirectory: String) throws(Errno) {
         self.options = options
         self.listener = listener
         self.socketPath = socketPath
+        self.stateFile = try StateFile(directory: stateDirectory)
         self.loop = try EventLoop()
         self.model = BackgroundModel(configuration: configuration, seed: randomSeed())
         model.debugLogging = logDebug
@@ -77,6 +82,7 @@ public final class Daemon {
         })
         signal(SIGPIPE, SIG_IGN)
         loop.enableWatchdog()
+        restore()
     }
 
     /// Serves until `SIGTERM`/`SIGINT`; returns the exit status.
@@ -310,7 +316,11 @@ public final class Daemon {
     // MARK: Effects
 
     /// Carries out the model's effects in order, then feeds it any exits found meanwhile.
+    /// What changed is written to the state file first: on disk is never behind what was
+    /// done to a process.
     func run(_ effects: [Effect]) {
+        writeState()
+        defer { writeState() }
         for effect in effects {
             switch effect {
             case let .lifecycle(app, event):
@@ -337,6 +347,7 @@ public final class Daemon {
                 enforce(record, signal: signal)
                 let entry = HistoryEntry(realtimeNanoseconds: Clock.realtimeNanoseconds(), record: record)
                 history.append(entry)
+                stateFile.record(entry)
                 broadcast(["event": .string(record.action.rawValue), "entry": Wire.historyEntry(entry)], uid: record.uid)
             case let .kill(process):
                 enforcer.kill(process)

@@ -31,7 +31,8 @@ public enum DaemonMain {
         raiseDescriptorLimit()
         do {
             let (listener, path) = try openListener(options)
-            let daemon = try Daemon(options: options, configuration: configuration, listener: listener, socketPath: path)
+            let daemon = try Daemon(options: options, configuration: configuration, listener: listener, socketPath: path,
+                                    stateDirectory: stateDirectory(socketPath: path))
             return try daemon.run()
         } catch {
             printError("bgtaskd: \(error)")
@@ -56,6 +57,18 @@ public enum DaemonMain {
             unlink(path)  // stale: nobody accepts there
         }
         return (try UnixSocket.listen(path: path), path)
+    }
+
+    /// `$RUNTIME_DIRECTORY` (systemd's `RuntimeDirectory=`; the first if several), else the
+    /// socket's directory, so two daemons on two sockets never share state (DESIGN.md §5).
+    static func stateDirectory(socketPath: String?) -> String {
+        if let runtime = getenv("RUNTIME_DIRECTORY").map({ String(cString: $0) }),
+           let first = runtime.split(separator: ":").first {
+            return String(first)
+        }
+        let path = socketPath ?? DaemonOptions.systemSocketPath
+        guard let slash = path.lastIndex(of: "/") else { return "." }
+        return slash == path.startIndex ? "/" : String(path[..<slash])
     }
 
     /// One pidfd per app and task owner, one descriptor per connection: the default soft

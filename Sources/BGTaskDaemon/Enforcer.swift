@@ -106,8 +106,9 @@ final class Enforcer {
     }
 
     /// The grace after a catchable terminate signal ran out: `SIGKILL` whatever is left.
+    /// (A termination begun by a previous daemon has no record here: its tree gets it.)
     func kill(_ app: ProcessIdentity) {
-        guard let record = terminating.removeValue(forKey: app) else { return }
+        let record = terminating.removeValue(forKey: app) ?? ([], nil)
         try? record.cgroup?.kill()
         var survivors = record.pidfds.filter { !$0.hasExited }
         survivors += stopTree(app)  // and anything the main process forked meanwhile
@@ -122,6 +123,16 @@ final class Enforcer {
         suspended[app] = nil
         pendingFreezes[app] = nil
         armTimer()
+    }
+
+    /// Whether the app looks suspended: its own process stopped, or its own cgroup frozen.
+    func isStopped(_ app: ProcessIdentity) -> Bool {
+        guard let root = root(app), let stat = try? ProcStat.read(pid: root.pid), stat.startTime == app.startTime else {
+            return false
+        }
+        if stat.state == "T" { return true }
+        guard let cgroup = try? ownCgroup(of: app, tree: members(of: app)).get() else { return false }
+        return (try? cgroup.isFrozen()) == true
     }
 
     /// Resumes every app this daemon suspended (it is stopping).

@@ -10,6 +10,7 @@
 //   remaining                 GetTimeRemaining               → {"call":"remaining",...}
 //   close-streams             close every begin-more connection
 //   exit CODE                 exit with CODE
+// A call on a connection the daemon closed (it restarted) connects again, once.
 // Errors come back as {"call": ..., "error": NAME, "parameters": {...}}.
 import BGTaskClient
 import BGTaskSystem
@@ -40,7 +41,13 @@ var input: [UInt8] = []
 
 @MainActor func call(_ name: String, _ method: String, _ parameters: [String: JSON] = [:]) {
     do {
-        let reply = try connection().call("io.bgtaskd.App.\(method)", parameters)
+        let reply: [String: JSON]
+        do {
+            reply = try connection().call("io.bgtaskd.App.\(method)", parameters)
+        } catch let error as ClientError where error.code != .callFailed {
+            main = nil  // the daemon restarted: connect again, once
+            reply = try connection().call("io.bgtaskd.App.\(method)", parameters)
+        }
         emit(["call": .string(name), "reply": .object(reply)])
     } catch let error as ClientError {
         emit(["call": .string(name), "error": .string(error.varlinkError?.name ?? error.message),

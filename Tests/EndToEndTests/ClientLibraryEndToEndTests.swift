@@ -122,27 +122,49 @@ import Varlink
         _ = try app.next { $0["withTask"] == "cancelled" }
     }
 
-    @Test func reconnectsAfterTheDaemonIsKilledAndRestarted() throws {
+    @Test func tasksSurviveADaemonRestartAndEndsWhileItWasAwayAreSent() throws {
         let first = try TestDaemon(Self.budget)
         let app = try app(first)
-        let id = try begin(app, "begin held")
-        try granted(first, id)
-        try first.process.signal(SIGKILL)
-        try first.process.wait(timeout: 5)
-        let gone = try app.next { $0["expired"] != nil }
-        #expect(gone["expired"]?.intValue == id && gone["reason"] == "daemonUnavailable")
-        // While disconnected, calls fail at once.
+        let kept = try begin(app, "begin kept keep")
+        let endedMeanwhile = try begin(app, "begin ended-meanwhile keep")
+        try granted(first, kept)
+        try granted(first, endedMeanwhile)
+        try first.crash()
+        // While the daemon is away calls fail at once, and an end is remembered.
         #expect(try begin(app, "begin nowhere") == 0)
-        let daemon = try TestDaemon(Self.budget, directory: first.directory)  // same socket path
+        try app.send("end \(endedMeanwhile)")
+        _ = try app.next { $0["end"] != nil }
+        let daemon = try first.restart(Self.budget)  // same socket and state, well within the grace
         try waitUntil("the library reconnected") {
             try app.send("connected")
             return try app.next { $0["connected"] != nil }["connected"] == true
         }
+        try waitUntil("the end sent once back") { try daemon.tasks().map { $0["id"]!.intValue! } == [kept] }
+        #expect(!app.lines.contains { $0["expired"] != nil }, "no handler ran: the daemon kept the task")
         let again = try begin(app, "begin again")
-        #expect(again > 0)
+        #expect(again > endedMeanwhile)
         try granted(daemon, again)
         try daemon.setState(app.pid, "background")
         _ = try app.next { $0["delegate"] == "didEnterBackground" }  // resubscribed
+        // The task held across the restart expires like any other.
+        let warned = try app.next(timeout: 5) { $0["expired"]?.intValue == kept }
+        #expect(warned["reason"] == "expiring")
+    }
+
+    @Test func handlersRunWhenTheDaemonStaysAway() throws {
+        let first = try TestDaemon(Self.budget)
+        let app = try app(first)
+        let id = try begin(app, "begin held")
+        try granted(first, id)
+        let lost = Clock.monotonicNanoseconds()
+        try first.crash()
+        let gone = try app.next(timeout: 10) { $0["expired"] != nil }
+        let waited = Double(Clock.monotonicNanoseconds() - lost) / 1e9
+        #expect(gone["expired"]?.intValue == id && gone["reason"] == "daemonUnavailable")
+        #expect(waited >= 2.9, "the handler ran \(waited)s after the daemon went away; the grace is 3s")
+        // The handler ended the task while the daemon was away: once back, the end is sent.
+        let daemon = try first.restart(Self.budget)
+        try waitUntil("the task ended once the daemon is back") { try daemon.tasks().isEmpty }
     }
 
     @Test func concurrentBeginAndEndFromManyThreads() throws {

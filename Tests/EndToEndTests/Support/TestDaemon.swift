@@ -46,12 +46,30 @@ final class TestDaemon {
         }
     }
 
+    /// Set once another daemon took over the directory: this one leaves it alone.
+    private var handedOver = false
+
     deinit {
+        guard !handedOver else { return }
         try? process.signal(SIGTERM)
         _ = try? process.wait(timeout: 5)
-        unlink(socketPath)
-        unlink(logPath)
+        for file in [socketPath, logPath, statePath, statePath + ".new"] { unlink(file) }
         rmdir(directory)
+    }
+
+    /// Where the daemon keeps its state (the socket's directory).
+    var statePath: String { directory + "/bgtaskd.state" }
+
+    /// Kills the daemon with `SIGKILL`: it cleans nothing up.
+    func crash() throws {
+        try process.signal(SIGKILL)
+        _ = try process.wait(timeout: 5)
+    }
+
+    /// Starts another daemon on the same socket and state, which takes over the directory.
+    func restart(_ settings: [String] = []) throws -> TestDaemon {
+        handedOver = true
+        return try TestDaemon(settings, directory: directory)
     }
 
     /// The daemon's log lines so far.

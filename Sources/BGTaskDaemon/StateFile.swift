@@ -1,0 +1,273 @@
+import BGTaskCore
+import BGTaskSystem
+import Glibc
+import Varlink
+
+/// The daemon's state on disk, so a restart (or a crash) loses no app, task or deadline:
+/// `bgtaskd.state` in `$RUNTIME_DIRECTORY`, else in the socket's directory (DESIGN.md §5).
+///
+/// A log of JSON lines, one per change, appended before the change is carried out; read
+/// back by applying the lines in order. When the log has grown well past the state it
+/// describes it is rewritten whole (to a new file, renamed over the old one). No fsync: the
+/// directory is a tmpfs under /run, and deadlines mean nothing after a reboot anyway (the
+/// first line names the boot; a file from another boot is ignored).
+final class StateFile {
+    static let fileName = "bgtaskd.state"
+    static let format = 1
+
+    let path: String
+    /// The directory, `flock`ed for as long as the daemon runs: two daemons never share a file.
+    private let lock: FileDescriptor
+    private var log: FileDescriptor
+    private var linesSinceRewrite = 0
+    private var pending: [UInt8] = []
+    private var lastNextTaskID = 0
+
+    /// What a previous daemon left, and what could not be read of it.
+    struct Loaded {
+        var state = SavedState()
+        var history: [HistoryEntry] = []
+        var problems: [String] = []
+        var found = false
+    }
+
+    /// Locks `directory` (creating it) and reads what is there. Throws if another daemon holds it.
+    init(directory: String) throws(Errno) {
+        try DaemonMain.makeDirectories(directory)
+        path = directory + "/" + Self.fileName
+        lock = FileDescriptor(try systemCall("open(\(directory))") { open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC) })
+        guard flock(lock.rawValue, LOCK_EX | LOCK_NB) == 0 else {
+            throw errno == EWOULDBLOCK ? Errno(EBUSY, "another bgtaskd keeps its state in \(directory)")
+                                       : Errno.current("flock(\(directory))")
+        }
+        log = FileDescriptor(-1)
+    }
+
+    // MARK: Reading
+
+    func load() -> Loaded {
+        var loaded = Loaded()
+        guard let bytes = try? readFile(path, limit: 1 << 30) else { return loaded }
+        loaded.found = true
+        let lines = bytes.split(separator: UInt8(ascii: "\n"))
+        guard let header = lines.first.flatMap({ try? JSON.parse($0) }),
+              header["format"]?.intValue == Int64(Self.format) else {
+            // Kept for whoever wants to look at it; never read again.
+            let aside = path + ".unreadable"
+            rename(path, aside)
+            loaded.problems.append("\(path) is not a bgtaskd state file of format \(Self.format); moved to \(aside), starting afresh")
+            return loaded
+        }
+        guard header["boot"]?.stringValue == Self.bootID else {
+            loaded.problems.append("\(path) was written before the machine rebooted; starting afresh")
+            return loaded
+        }
+        for (index, line) in lines.enumerated().dropFirst() {
+            do {
+                try apply(JSON.parse(line), to: &loaded)
+            } catch {
+                // Only the last line can be cut short (a write interrupted by a crash).
+                loaded.problems.append("\(path) line \(index + 1) ignored: \(error)")
+            }
+        }
+        return loaded
+    }
+
+    struct Malformed: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    private func apply(_ line: JSON, to loaded: inout Loaded) throws {
+        guard case let .object(fields) = line, fields.count == 1, let (kind, value) = fields.first else {
+            throw Malformed(description: "not a one-key object")
+        }
+        switch kind {
+        case "app": loaded.state.apply(.app(try Self.app(value)))
+        case "terminating":
+            loaded.state.apply(.terminating(try Self.identity(value), killAt: try Self.instant(value["killAt"])))
+        case "gone": loaded.state.apply(.gone(try Self.identity(value)))
+        case "task": loaded.state.apply(.task(try Self.task(value)))
+        case "taskGone": loaded.state.apply(.gone(TaskID(try Self.int(value))))
+        case "nextTaskId": loaded.state.nextTaskID = TaskID(try Self.int(value))
+        case "history": loaded.history.append(try Self.historyEntry(value))
+        default: throw Malformed(description: "unknown record '\(kind)'")
+        }
+    }
+
+    // MARK: Writing
+
+    /// Notes the model's changes (and new history entries); `flush()` writes them.
+    func record(_ changes: (processes: [SavedProcessChange], tasks: [SavedTaskChange]), nextTaskID: TaskID) {
+        for change in changes.processes {
+            switch change {
+            case let .app(app): append("app", Self.encode(app))
+            case let .terminating(process, killAt):
+                append("terminating", .object(Self.fields(process).merging(["killAt": .int(killAt.nanoseconds)]) { $1 }))
+            case let .gone(process): append("gone", .object(Self.fields(process)))
+            }
+        }
+        for change in changes.tasks {
+            switch change {
+            case let .task(task): append("task", Self.encode(task))
+            case let .gone(id): append("taskGone", .int(Int64(id)))
+            }
+        }
+        if nextTaskID != lastNextTaskID {
+            lastNextTaskID = nextTaskID
+            append("nextTaskId", .int(Int64(nextTaskID)))
+        }
+    }
+
+    func record(_ entry: HistoryEntry) {
+        append("history", Self.encode(entry))
+    }
+
+    private func append(_ kind: String, _ value: JSON) {
+        JSON.object([kind: value]).write(to: &pending)
+        pending.append(UInt8(ascii: "\n"))
+        linesSinceRewrite += 1
+    }
+
+    /// Writes what was recorded, in one `write`. True if the log should now be rewritten.
+    func flush(liveRecords: Int) throws(Errno) -> Bool {
+        guard !pending.isEmpty else { return false }
+        defer { pending.removeAll(keepingCapacity: pending.count < 1 << 20) }
+        try log.writeAll(pending)
+        return linesSinceRewrite > max(4096, 4 * liveRecords)
+    }
+
+    /// Replaces the file with the whole state, then appends to the new one.
+    func rewrite(_ state: SavedState, history: [HistoryEntry]) throws(Errno) {
+        pending.removeAll()
+        linesSinceRewrite = 0
+        JSON.object(["format": .int(Int64(Self.format)), "boot": .string(Self.bootID)]).write(to: &pending)
+        pending.append(UInt8(ascii: "\n"))
+        for entry in history { record(entry) }
+        for app in state.apps.values { append("app", Self.encode(app)) }
+        for (process, killAt) in state.terminating {
+            append("terminating", .object(Self.fields(process).merging(["killAt": .int(killAt.nanoseconds)]) { $1 }))
+        }
+        for task in state.tasks.values { append("task", Self.encode(task)) }
+        lastNextTaskID = state.nextTaskID
+        append("nextTaskId", .int(Int64(state.nextTaskID)))
+        let temporary = path + ".new"
+        let file = FileDescriptor(try systemCall("open(\(temporary))") {
+            open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0o600)
+        })
+        try file.writeAll(pending)
+        pending.removeAll()
+        linesSinceRewrite = 0
+        try systemCall("rename(\(temporary), \(path))") { rename(temporary, path) }
+        log = file
+    }
+
+    // MARK: Encoding
+
+    /// This boot's id: monotonic instants and process start times mean nothing in another.
+    static let bootID: String = {
+        let bytes = (try? readFile("/proc/sys/kernel/random/boot_id")) ?? []
+        return String(decoding: bytes, as: UTF8.self).filter { $0 != "\n" }
+    }()
+
+    static func fields(_ process: ProcessIdentity) -> [String: JSON] {
+        ["pid": .int(Int64(process.pid)), "start": .int(Int64(bitPattern: process.startTime))]
+    }
+
+    static func encode(_ app: SavedApp) -> JSON {
+        var object = fields(app.identity)
+        object["uid"] = .int(Int64(app.uid))
+        object["command"] = .string(app.command)
+        object["state"] = .string(app.state.rawValue)
+        if let phase = app.phase { object["phase"] = .string(phase.rawValue) }
+        if let deadline = app.deadline { object["deadline"] = .int(deadline.nanoseconds) }
+        if let deadline = app.transitionDeadline { object["transitionDeadline"] = .int(deadline.nanoseconds) }
+        if app.warned { object["warned"] = .bool(true) }
+        return .object(object)
+    }
+
+    static func encode(_ task: SavedTask) -> JSON {
+        .object([
+            "id": .int(Int64(task.id)), "app": .object(fields(task.app)), "owner": .object(fields(task.owner)),
+            "name": .string(task.name), "expirationHandler": .bool(task.expirationHandler),
+            "connectionBound": .bool(task.connectionBound), "created": .int(task.created.nanoseconds),
+            "state": .string(task.state.rawValue), "grantAt": .int(task.grantAt.nanoseconds),
+            "ageWarned": .bool(task.ageWarned),
+        ])
+    }
+
+    static func encode(_ entry: HistoryEntry) -> JSON {
+        let record = entry.record
+        var object = fields(record.app)
+        object["time"] = .int(entry.realtimeNanoseconds)
+        object["uid"] = .int(Int64(record.uid))
+        object["command"] = .string(record.command)
+        object["action"] = .string(record.action.rawValue)
+        object["reason"] = .string(record.reason.rawValue)
+        object["tasks"] = .array(record.taskNames.map { .string($0) })
+        return .object(object)
+    }
+
+    // MARK: Decoding
+
+    static func int(_ value: JSON?) throws -> Int64 {
+        guard let number = value?.intValue else { throw Malformed(description: "expected an integer") }
+        return number
+    }
+
+    static func string(_ value: JSON?) throws -> String {
+        guard let text = value?.stringValue else { throw Malformed(description: "expected a string") }
+        return text
+    }
+
+    static func instant(_ value: JSON?) throws -> Instant { Instant(nanoseconds: try int(value)) }
+
+    static func optionalInstant(_ value: JSON?) throws -> Instant? {
+        value == nil || value == .null ? nil : try instant(value)
+    }
+
+    static func value<T: RawRepresentable<String>>(_ type: T.Type, _ json: JSON?) throws -> T {
+        let text = try string(json)
+        guard let value = T(rawValue: text) else { throw Malformed(description: "unknown \(T.self) '\(text)'") }
+        return value
+    }
+
+    static func identity(_ value: JSON?) throws -> ProcessIdentity {
+        let pid = try int(value?["pid"])
+        guard pid > 1, pid <= Int64(Int32.max) else { throw Malformed(description: "pid \(pid) out of range") }
+        return ProcessIdentity(pid: Int32(pid), startTime: UInt64(bitPattern: try int(value?["start"])))
+    }
+
+    static func uid(_ value: JSON?) throws -> UInt32 {
+        let uid = try int(value)
+        guard let result = UInt32(exactly: uid) else { throw Malformed(description: "uid \(uid) out of range") }
+        return result
+    }
+
+    static func app(_ value: JSON) throws -> SavedApp {
+        SavedApp(identity: try identity(value), uid: try uid(value["uid"]), command: try string(value["command"]),
+                 state: try Self.value(AppState.self, value["state"]),
+                 phase: value["phase"] == nil ? nil : try Self.value(BackgroundPhase.self, value["phase"]),
+                 deadline: try optionalInstant(value["deadline"]),
+                 transitionDeadline: try optionalInstant(value["transitionDeadline"]),
+                 warned: value["warned"]?.boolValue ?? false)
+    }
+
+    static func task(_ value: JSON) throws -> SavedTask {
+        let id = try int(value["id"])
+        guard id > 0 else { throw Malformed(description: "task id \(id) out of range") }
+        return SavedTask(id: TaskID(id), app: try identity(value["app"]), owner: try identity(value["owner"]),
+                         name: try string(value["name"]), expirationHandler: value["expirationHandler"]?.boolValue ?? false,
+                         connectionBound: value["connectionBound"]?.boolValue ?? false,
+                         created: try instant(value["created"]), state: try Self.value(TaskState.self, value["state"]),
+                         grantAt: try instant(value["grantAt"]), ageWarned: value["ageWarned"]?.boolValue ?? false)
+    }
+
+    static func historyEntry(_ value: JSON) throws -> HistoryEntry {
+        HistoryEntry(realtimeNanoseconds: try int(value["time"]),
+                     record: AppActionRecord(app: try identity(value), uid: try uid(value["uid"]),
+                                             command: try string(value["command"]),
+                                             action: try Self.value(AppAction.self, value["action"]),
+                                             reason: try Self.value(ActionReason.self, value["reason"]),
+                                             taskNames: (value["tasks"]?.arrayValue ?? []).compactMap(\.stringValue)))
+    }
+}

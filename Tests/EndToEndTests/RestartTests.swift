@@ -1,0 +1,153 @@
+import BGTaskSystem
+import TestSupport
+import Glibc
+import Testing
+import Varlink
+
+/// Restart without loss: the daemon is killed with `SIGKILL` (it cleans nothing up) and
+/// started again on the same socket and state directory.
+@Suite(.serialized) struct RestartTests {
+    /// What a listing says, in a form two daemons' listings can be compared in.
+    struct Listing: Equatable, CustomStringConvertible {
+        var apps: [String]
+        var tasks: [String]
+        /// Background time left per app pid, and the monotonic instant it was read at.
+        var remaining: [Int64: Double]
+        var at: Int64
+
+        init(_ daemon: TestDaemon) throws {
+            let apps = try daemon.apps()
+            let tasks = try daemon.tasks()
+            at = Clock.monotonicNanoseconds()
+            self.apps = apps.map { "\($0["pid"]!.intValue!) \($0["state"]!.stringValue!) \($0["phase"]?.stringValue ?? "-") \($0["tasks"]!.intValue!)" }.sorted()
+            self.tasks = tasks.map { "\($0["id"]!.intValue!) \($0["pid"]!.intValue!) \($0["name"]!.stringValue!) \($0["state"]!.stringValue!)" }.sorted()
+            remaining = [:]
+            for app in apps {
+                if let left = app["backgroundTimeRemaining"]?.doubleValue { remaining[app["pid"]!.intValue!] = left }
+            }
+        }
+
+        var description: String { "apps \(apps), tasks \(tasks)" }
+
+        /// Every deadline is where it was: the time left went down by exactly the time that passed.
+        func deadlinesAgree(with later: Listing) -> [String] {
+            let elapsed = Double(later.at - at) / 1e9
+            return remaining.compactMap { pid, left in
+                guard let after = later.remaining[pid] else { return "pid \(pid) lost its deadline" }
+                let drift = abs((left - elapsed) - after)
+                return drift <= 0.05 ? nil : "pid \(pid): \(left)s left before, \(after)s \(elapsed)s later (off by \(drift)s)"
+            }
+        }
+    }
+
+    @Test func appsInEveryStateComeBackAfterAKill() throws {
+        let settings = ["BackgroundTimeSec=6s", "ExpirationWarningSec=3s", "TransitionTimeoutSec=30s",
+                        "GrantLatencyMinSec=1s", "GrantLatencyMaxSec=1s"]
+        let first = try TestDaemon(settings)
+        let foreground = try first.probe(), running = try first.probe(), suspended = try first.probe()
+        let expiring = try first.probe(), transition = try first.probe(), dies = try first.probe()
+        try transition.send("subscribe")
+        try transition.event("subscribed")
+        let dormant = try foreground.begin("dormant")
+        try foreground.send("begin-more streamed")
+        _ = try running.begin("upload")
+        _ = try expiring.begin("sync")
+        _ = try transition.begin("held")
+        _ = try dies.begin("doomed")
+        try waitUntil("six tasks granted", timeout: 10) { try first.tasks().filter { $0["state"] == "granted" }.count == 6 }
+        try first.setState(expiring.pid, "background")
+        try waitUntil("the warning", timeout: 10) { try first.app(expiring.pid)?["phase"] == "expiring" }
+        for probe in [running, suspended, transition] { try first.setState(probe.pid, "background") }
+        try transition.event("didEnterBackground")
+        try waitUntil("pid \(suspended.pid) stopped") { processState(suspended.pid) == "T" }
+        let late = try running.begin("late")  // pending for a second
+        let history = try first.history()
+
+        let before = try Listing(first)
+        try first.crash()
+        try dies.process.signal(SIGKILL)  // while no daemon runs
+        _ = try dies.process.wait(timeout: 5)
+        let daemon = try first.restart(settings)
+        let after = try Listing(daemon)
+
+        // Every app and task is back, as it was, but for what a restart necessarily ends.
+        #expect(before.deadlinesAgree(with: after) == [])
+        let expectedApps = before.apps.map { line in
+            // Its subscriber's connection closed with the old daemon: the transition counts as
+            // finished, and the granted task keeps it running.
+            line.hasPrefix("\(transition.pid) ") ? "\(transition.pid) background running 1" : line
+        }.map { line in
+            line.hasPrefix("\(foreground.pid) ") ? "\(foreground.pid) foreground - 1" : line  // "streamed" ended
+        }.filter { !$0.hasPrefix("\(dies.pid) ") }  // it died meanwhile: cleaned up
+        #expect(after.apps == expectedApps)
+        #expect(after.tasks == before.tasks.filter { !$0.contains(" streamed ") && !$0.contains(" doomed ") })
+        #expect(after.tasks.contains("\(late) \(running.pid) late pending"))
+        #expect(try daemon.history().count == history.count)
+        #expect(processState(suspended.pid) == "T")
+
+        // The restored timers fire: the grant, then the deadline of the app still holding "sync".
+        try waitUntil("the late task granted") {
+            try daemon.tasks(running.pid).first { $0["id"]?.intValue == late }?["state"] == "expiring"
+        }
+        try daemon.setState(suspended.pid, "foreground")
+        try waitUntil("pid \(suspended.pid) resumed") { processState(suspended.pid) != "T" }
+        try waitUntil("pid \(expiring.pid) terminated at its deadline", timeout: 10) { expiring.process.hasExited }
+        let last = try daemon.history().map { "\($0["pid"]!.intValue!) \($0["action"]!.stringValue!) \($0["reason"]!.stringValue!)" }
+        #expect(last.contains("\(expiring.pid) terminated assertionsBeyondPermittedTime"))
+        #expect(try daemon.tasks(foreground.pid).map { $0["id"]!.intValue! } == [dormant])
+        // Ids go on from where they were.
+        #expect(try foreground.begin("next") > late)
+    }
+
+    @Test func nothingIsLostOverManyKills() throws {
+        let settings = ["BackgroundTimeSec=5min", "GrantLatencyMinSec=1ms", "GrantLatencyMaxSec=20ms"]
+        var daemon = try TestDaemon(settings)
+        let worker = try daemon.probe(), sleeper = try daemon.probe(), idle = try daemon.probe()
+        _ = try worker.begin("first")
+        try daemon.setState(worker.pid, "background")
+        try daemon.setState(sleeper.pid, "background")
+        try waitUntil("pid \(sleeper.pid) stopped") { processState(sleeper.pid) == "T" }
+        var held: [Int64] = []
+        for round in 1...25 {
+            // Change something every round: a task begun, one ended, the idle app moved.
+            held.append(try idle.begin("round \(round)"))
+            if round % 3 == 0 { try idle.call("end \(held.removeFirst())") }
+            try daemon.setState(idle.pid, round % 2 == 0 ? "background" : "foreground")
+            let before = try Listing(daemon)
+            try daemon.crash()
+            let pid = daemon.process.pid
+            daemon = try daemon.restart(settings)
+            #expect(daemon.process.pid != pid)
+            let after = try Listing(daemon)
+            // A task begun just before the kill may have been granted since; nothing else moves.
+            #expect(after.apps == before.apps, "round \(round)")
+            #expect(after.tasks.map { $0.replacingOccurrences(of: " pending", with: " granted") }
+                    == before.tasks.map { $0.replacingOccurrences(of: " pending", with: " granted") }, "round \(round)")
+            #expect(before.deadlinesAgree(with: after) == [], "round \(round)")
+            #expect(processState(sleeper.pid) == "T", "round \(round)")
+        }
+        try daemon.setState(sleeper.pid, "foreground")
+        try waitUntil("pid \(sleeper.pid) resumed") { processState(sleeper.pid) != "T" }
+        #expect(try daemon.tasks(idle.pid).map { $0["id"]!.intValue! } == held)
+    }
+
+    @Test func aSecondDaemonOnTheSameStateIsRefusedAndABadFileIsSetAside() throws {
+        let daemon = try TestDaemon()
+        let second = try Spawned(Binaries.path("bgtaskd"), ["--socket", daemon.directory + "/other"],
+                                 environment: ["RUNTIME_DIRECTORY=\(daemon.directory)"], standardError: .mergeIntoOutput)
+        let output = try second.readAll(timeout: 10)
+        #expect(Spawned.exitCode(try second.wait(timeout: 10)) == 1)
+        #expect(output.contains("another bgtaskd keeps its state in \(daemon.directory)"), "\(output)")
+        #expect(UnixSocket.isAnswering(path: daemon.socketPath))
+
+        try daemon.crash()
+        let garbage = "not a state file\n\u{1b}[2J\0\n"
+        let file = try FileDescriptor(systemCall("open") { open(daemon.statePath, O_WRONLY | O_TRUNC) })
+        try file.writeAll(Array(garbage.utf8))
+        let restarted = try daemon.restart()
+        #expect(try restarted.apps().isEmpty)
+        #expect(String(decoding: try readFile(daemon.statePath + ".unreadable"), as: UTF8.self) == garbage)
+        unlink(daemon.statePath + ".unreadable")
+        try waitUntil("the warning logged") { restarted.log().contains { $0.contains("is not a bgtaskd state file") } }
+    }
+}
