@@ -70,9 +70,10 @@ import TestSupport
         "not-running-before-first-client", "ctl-status-activates", "running-after-first-client", "status-line",
         "reload-keeps-clients", "reload-applies-background-time", "monitor-still-served-after-reload",
         "bad-reload-refused", "journal-fields", "watchdog-restart", "ctl-status-after-restart", "watchdog-logged",
+        "restart-keeps-state", "resumed-after-restart", "task-ended-after-restart",
     ]
 
-    /// Socket activation, STATUS=, reload, watchdog, journal fields and bgtaskctl under
+    /// Socket activation, STATUS=, reload, watchdog, restart without loss, journal fields and bgtaskctl under
     /// systemd 252 in a container (Tests/systemd/checks.sh says how each is checked).
     @Test(.enabled(if: releaseBuilt && canBootSystemd, "needs root, systemd-nspawn and make release"))
     func underARealSystemd() throws {

@@ -101,5 +101,42 @@ fi
 if "$ctl" status >/dev/null 2>&1; then ok ctl-status-after-restart; else fail ctl-status-after-restart "no answer"; fi
 journalctl -u bgtaskd.service --no-pager | grep -q 'Watchdog timeout' && ok watchdog-logged || fail watchdog-logged "no watchdog line"
 
+# Restart without loss: killed with SIGKILL, systemd restarts it (Restart=on-failure) and it
+# takes its state back from $RUNTIME_DIRECTORY: the task, the suspension, the ids.
+coproc PROBE { exec /opt/bgtaskd/bgtask-probe --socket "$BGTASKD_SOCKET"; }
+read -r -t 5 _ <&"${PROBE[0]}"
+echo "begin survivor" >&"${PROBE[1]}"
+read -r -t 5 begun <&"${PROBE[0]}"
+task_id=$(echo "$begun" | sed -n 's/.*"taskId":\([0-9]*\).*/\1/p')
+sleep 120 &
+sleeper=$!
+"$ctl" background "$sleeper" >/dev/null
+stopped() { grep -q '^State:[[:space:]]*T' "/proc/$1/status"; }
+until_true 5 stopped "$sleeper"
+until_true 5 sh -c "\"$ctl\" --no-legend tasks | grep -Eq '^ *$task_id .* survivor +granted'"
+crashed=$(main_pid)
+kill -9 "$crashed"
+if until_true 10 sh -c "p=\$(systemctl show -p MainPID --value bgtaskd.service); [ \"\$p\" != 0 ] && [ \"\$p\" != $crashed ] && systemctl is-active -q bgtaskd.service" \
+   && "$ctl" --no-legend tasks | grep -Eq "^ *$task_id .* survivor +granted" \
+   && "$ctl" --no-legend apps | grep -Eq "^ *$sleeper .* suspended" && stopped "$sleeper" \
+   && journalctl -u bgtaskd.service --no-pager | grep -q 'Restored 2 apps (1 suspended) and 1 tasks'; then
+    ok restart-keeps-state
+else
+    fail restart-keeps-state "tasks: $("$ctl" --no-legend tasks | tr '\n' ' ') apps: $("$ctl" --no-legend apps | tr '\n' ' ') $(journalctl -u bgtaskd.service --no-pager | grep Restored | tail -1)"
+fi
+"$ctl" foreground "$sleeper" >/dev/null
+if until_true 5 sh -c "! grep -q '^State:[[:space:]]*T' /proc/$sleeper/status"; then
+    ok resumed-after-restart
+else
+    fail resumed-after-restart "pid $sleeper still stopped"
+fi
+echo "end $task_id" >&"${PROBE[1]}"
+if read -r -t 5 ended <&"${PROBE[0]}" && echo "$ended" | grep -q '"call":"end","reply"'; then
+    ok task-ended-after-restart
+else
+    fail task-ended-after-restart "$ended"
+fi
+kill "$sleeper" "$PROBE_PID" 2>/dev/null
+
 kill "$monitor" 2>/dev/null
 echo done >> "$out"

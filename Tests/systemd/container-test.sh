@@ -10,6 +10,8 @@ trap 'rm -rf "$work"' EXIT
 
 make -s -C "$repo" install-files DESTDIR="$work/dest" PREFIX=/opt/bgtaskd SYSCONFDIR=/opt/bgtaskd/etc >/dev/null
 install -m755 "$repo/Tests/systemd/checks.sh" "$work/dest/opt/bgtaskd/checks.sh"
+# The scriptable test app, for a task that is not bound to a connection (one that survives a restart).
+install -m755 "$repo/.build/release/bgtask-probe" "$work/dest/opt/bgtaskd/bgtask-probe"
 
 units=$work/units
 mkdir -p "$units/sockets.target.wants" "$units/multi-user.target.wants" "$units/bgtaskd.service.d" "$work/out"
