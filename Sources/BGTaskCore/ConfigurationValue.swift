@@ -1,6 +1,7 @@
 /// Parsers and printers for systemd-style values: time spans and sizes.
 public enum ConfigurationValue {
     private static let timeUnits: [(names: [String], nanoseconds: Double)] = [
+        (["ns", "nsec"], 1),
         (["us", "usec", "µs", "μs"], 1e3),
         (["ms", "msec"], 1e6),
         (["s", "sec", "second", "seconds"], 1e9),

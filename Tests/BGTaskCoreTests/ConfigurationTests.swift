@@ -22,6 +22,13 @@ import Testing
         #expect(ConfigurationValue.formatTimeSpan(.zero) == "0")
     }
 
+    /// Found by the fuzzer: a span with nanoseconds printed as "556ns", which did not parse.
+    @Test func everyPrintedSpanParsesBack() {
+        let span = ConfigurationValue.parseTimeSpan(".2555555555555555555555555555555555555555")!
+        #expect(ConfigurationValue.formatTimeSpan(span) == "255ms 555us 556ns")
+        #expect(ConfigurationValue.parseTimeSpan(ConfigurationValue.formatTimeSpan(span)) == span)
+    }
+
     @Test func sizesParse() {
         #expect(ConfigurationValue.parseSize("64K") == 65536)
         #expect(ConfigurationValue.parseSize("1M") == 1 << 20)
