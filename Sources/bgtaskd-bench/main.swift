@@ -1,6 +1,7 @@
 // bgtaskd-bench: measures bgtaskd against baselines taken in the same run.
 //
 //   bgtaskd-bench [--quick] [--apps N] [--tasks-per-app N] [--json PATH]
+//   bgtaskd-bench --soak SECONDS [--apps N]     (make soak; see Soak.swift)
 //
 // Start-up (exec to READY=1); BeginTask+EndTask round trip against a NUL-framed echo server
 // (both pinned to one CPU, then unpinned); throughput with 1/16/64/256 clients against the
@@ -13,6 +14,10 @@ import Varlink
 
 var arguments = Array(CommandLine.arguments.dropFirst())
 if arguments.first == "--echo-server" { EchoServer.run(path: arguments[1]) }
+if arguments.first == "--soak" {
+    let apps = arguments.count > 3 && arguments[2] == "--apps" ? Int(arguments[3]) ?? 2000 : 2000
+    try Soak.run(seconds: Double(arguments.count > 1 ? arguments[1] : "600") ?? 600, apps: apps)
+}
 var quick = false, apps = 10_000, tasksPerApp = 10, jsonPath: String? = nil
 while let argument = arguments.first {
     arguments.removeFirst()
