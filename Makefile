@@ -20,7 +20,7 @@ COMPLETIONDIR ?= $(DATADIR)/bash-completion/completions
 # Release binaries carry the Swift runtime, so they run where the toolchain is not.
 RELEASE_FLAGS ?= -c release --static-swift-stdlib
 
-.PHONY: all deps test-deps build release run check bench install install-files clean
+.PHONY: all deps test-deps build release run check fuzz sanitize soak bench install install-files clean
 
 all: build
 
@@ -46,11 +46,29 @@ run: release
 bench: release
 	.build/release/bgtaskd-bench --json bench-results.json
 
-# The release build is for the systemd tests, which install it into a container.
+# The release build is for the systemd tests, which install it into a container. Then the
+# fuzz targets, FUZZ_SECONDS each.
+FUZZ_SECONDS ?= 60
 check: test-deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) build $(RELEASE_FLAGS)
 	$(SWIFT) test
+	scripts/fuzz $(FUZZ_SECONDS)
+
+# libFuzzer on the Varlink decoder and the configuration parser: make fuzz FUZZ_SECONDS=3600
+fuzz:
+	scripts/fuzz $(FUZZ_SECONDS)
+
+# The whole suite (daemon and tools included) under AddressSanitizer, then ThreadSanitizer,
+# each in its own build directory. Not in CI: about ten minutes.
+sanitize: test-deps
+	scripts/sanitize address thread
+
+# Thousands of apps going back and forth for SOAK_SECONDS (default 600) against the release
+# daemon: memory and descriptors must stay flat. Not in CI.
+SOAK_SECONDS ?= 600
+soak: release
+	.build/release/bgtaskd-bench --soak $(SOAK_SECONDS)
 
 install: release install-files
 

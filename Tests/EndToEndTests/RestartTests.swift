@@ -17,12 +17,12 @@ import Varlink
 
         init(_ daemon: TestDaemon) throws {
             let apps = try daemon.apps()
-            let tasks = try daemon.tasks()
             at = Clock.monotonicNanoseconds()
+            let tasks = try daemon.tasks()
             self.apps = apps.map { "\($0["pid"]!.intValue!) \($0["state"]!.stringValue!) \($0["phase"]?.stringValue ?? "-") \($0["tasks"]!.intValue!)" }.sorted()
             self.tasks = tasks.map { "\($0["id"]!.intValue!) \($0["pid"]!.intValue!) \($0["name"]!.stringValue!) \($0["state"]!.stringValue!)" }.sorted()
             remaining = [:]
-            for app in apps {
+            for app in apps where app["state"] == "background" {  // suspended: zero, not a deadline
                 if let left = app["backgroundTimeRemaining"]?.doubleValue { remaining[app["pid"]!.intValue!] = left }
             }
         }

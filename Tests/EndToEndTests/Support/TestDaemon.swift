@@ -38,7 +38,12 @@ final class TestDaemon {
         socketPath = directory + "/io.bgtaskd"
         let arguments = ["--socket", socketPath] + settings.flatMap { ["--set", $0] } + extraArguments
         logPath = directory + "/bgtaskd.log"
-        process = try Spawned(Binaries.path("bgtaskd"), arguments, environment: ["PATH=/usr/bin:/bin"],
+        // Under `make sanitize` the daemon reports where the sanitizer options say.
+        let names: [String] = ["ASAN_OPTIONS", "TSAN_OPTIONS", "LSAN_OPTIONS"]
+        let sanitizers = names.compactMap { name -> String? in
+            getenv(name).map { name + "=" + String(cString: $0) }
+        }
+        process = try Spawned(Binaries.path("bgtaskd"), arguments, environment: ["PATH=/usr/bin:/bin"] + sanitizers,
                               standardError: .file(logPath))
         try waitUntil("bgtaskd to answer at \(socketPath)", timeout: 10) {
             if process.hasExited { throw TestFailure("bgtaskd exited during start-up") }
