@@ -175,7 +175,7 @@ extension BackgroundModel {
                                     state: task.state, grantAt: task.grantAt, ageWarned: task.ageWarned)
             let watched = needsWatch(task.owner)
             tasks[task.id] = record
-            apps[task.app]?.taskIDs.append(task.id)
+            apps[unsaved: task.app]?.taskIDs.append(task.id)
             tasksByOwner[task.owner, default: []].insert(task.id)
             if task.connectionBound { tasksByConnection[previousConnections, default: []].insert(task.id) }
             settleWatch(task.owner, before: watched, effects: &effects)

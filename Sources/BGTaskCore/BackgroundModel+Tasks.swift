@@ -19,7 +19,7 @@ extension BackgroundModel {
                               grantAt: now + drawGrantLatency())
         let watched = needsWatch(owner)
         tasks[id] = task
-        apps[app]?.taskIDs.append(id)
+        apps[unsaved: app]?.taskIDs.append(id)
         tasksByOwner[owner, default: []].insert(id)
         if let connection { tasksByConnection[connection, default: []].insert(id) }
         settleWatch(owner, before: watched, effects: &effects)
@@ -54,14 +54,14 @@ extension BackgroundModel {
     /// A lifecycle subscriber connected: from now on entering the background waits for
     /// `FinishBackgroundTransition` (rule 3).
     public mutating func subscribe(_ app: ProcessIdentity) {
-        apps[app]?.subscribers += 1
+        apps[unsaved: app]?.subscribers += 1
     }
 
     /// A lifecycle subscriber went away. An app whose last subscriber leaves mid-transition
     /// can no longer report it, so its transition counts as finished.
     public mutating func unsubscribe(_ app: ProcessIdentity, at now: Instant, effects: inout [Effect]) {
         guard let record = apps[app], record.subscribers > 0 else { return }
-        apps[app]?.subscribers -= 1
+        apps[unsaved: app]?.subscribers -= 1
         if record.subscribers == 1 { finishTransition(of: app, at: now, effects: &effects) }
     }
 
@@ -108,7 +108,7 @@ extension BackgroundModel {
         ended.state = state
         let watched = needsWatch(task.owner)
         tasks[task.id] = nil
-        apps[task.app]?.taskIDs.removeAll { $0 == task.id }
+        apps[unsaved: task.app]?.taskIDs.removeAll { $0 == task.id }
         tasksByOwner[task.owner]?.remove(task.id)
         if tasksByOwner[task.owner]?.isEmpty == true { tasksByOwner[task.owner] = nil }
         if let connection = task.connection {

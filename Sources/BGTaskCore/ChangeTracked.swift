@@ -15,6 +15,13 @@ struct ChangeTracked<Key: Hashable, Value> {
         }
     }
 
+    /// Writes what is not saved (an app's task list, rebuilt from the tasks on restore; its
+    /// subscriber count, which a restart resets) without noting a change.
+    subscript(unsaved key: Key) -> Value? {
+        get { dictionary[key] }
+        _modify { yield &dictionary[key] }
+    }
+
     var count: Int { dictionary.count }
     var keys: Dictionary<Key, Value>.Keys { dictionary.keys }
     var values: Dictionary<Key, Value>.Values { dictionary.values }

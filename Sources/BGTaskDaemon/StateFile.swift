@@ -21,7 +21,9 @@ final class StateFile {
     private var log: FileDescriptor
     private var linesSinceRewrite = 0
     private var pending: [UInt8] = []
+    /// The next task id written: no id at or past it has been given out.
     private var lastNextTaskID = 0
+    static let taskIDBlock = 1024
 
     /// What a previous daemon left, and what could not be read of it.
     struct Loaded {
@@ -108,18 +110,64 @@ final class StateFile {
         }
         for change in changes.tasks {
             switch change {
-            case let .task(task): append("task", Self.encode(task))
-            case let .gone(id): append("taskGone", .int(Int64(id)))
+            case let .task(task): appendTask(task)
+            case let .gone(id):
+                raw("{\"taskGone\":"); number(Int64(id)); raw("}\n")
+                linesSinceRewrite += 1
             }
         }
-        if nextTaskID != lastNextTaskID {
-            lastNextTaskID = nextTaskID
-            append("nextTaskId", .int(Int64(nextTaskID)))
+        // Ids are reserved a block at a time, so a BeginTask costs no extra line: a restart
+        // goes on from the end of the block, and an id is never given out twice.
+        if nextTaskID > lastNextTaskID {
+            lastNextTaskID = nextTaskID + Self.taskIDBlock
+            append("nextTaskId", .int(Int64(lastNextTaskID)))
         }
     }
 
     func record(_ entry: HistoryEntry) {
         append("history", Self.encode(entry))
+    }
+
+    /// A task line, written directly: one goes out per `BeginTask` and per grant, and
+    /// building a `JSON` value for it doubled the daemon's instructions per call. The same
+    /// text as `JSON.object(["task": encode(task)])`, which debug builds (the tests) check.
+    func appendTask(_ task: SavedTask) {
+        let start = pending.count
+        func flag(_ value: Bool) { value ? raw("true") : raw("false") }
+        func identity(_ process: ProcessIdentity) {
+            raw("{\"pid\":"); number(Int64(process.pid))
+            raw(",\"start\":"); number(Int64(bitPattern: process.startTime)); raw("}")
+        }
+        raw("{\"task\":{\"ageWarned\":"); flag(task.ageWarned)
+        raw(",\"app\":"); identity(task.app)
+        raw(",\"connectionBound\":"); flag(task.connectionBound)
+        raw(",\"created\":"); number(task.created.nanoseconds)
+        raw(",\"expirationHandler\":"); flag(task.expirationHandler)
+        raw(",\"grantAt\":"); number(task.grantAt.nanoseconds)
+        raw(",\"id\":"); number(Int64(task.id))
+        raw(",\"name\":"); JSON.string(task.name).write(to: &pending)
+        raw(",\"owner\":"); identity(task.owner)
+        raw(",\"state\":\""); pending.append(contentsOf: task.state.rawValue.utf8); raw("\"}}\n")
+        linesSinceRewrite += 1
+        assert(Array(pending[start...]) == Array((JSON.object(["task": Self.encode(task)]).serialized + "\n").utf8))
+    }
+
+    private func raw(_ text: StaticString) {
+        pending.append(contentsOf: UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
+    }
+
+    private func number(_ value: Int64) {
+        if value < 0 { pending.append(UInt8(ascii: "-")) }
+        var magnitude = value.magnitude
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { digits in
+            var first = 20
+            repeat {
+                first -= 1
+                digits[first] = UInt8(ascii: "0") + UInt8(magnitude % 10)
+                magnitude /= 10
+            } while magnitude > 0
+            pending.append(contentsOf: UnsafeBufferPointer(rebasing: digits[first...]))
+        }
     }
 
     private func append(_ kind: String, _ value: JSON) {
@@ -147,9 +195,9 @@ final class StateFile {
         for (process, killAt) in state.terminating {
             append("terminating", .object(Self.fields(process).merging(["killAt": .int(killAt.nanoseconds)]) { $1 }))
         }
-        for task in state.tasks.values { append("task", Self.encode(task)) }
-        lastNextTaskID = state.nextTaskID
-        append("nextTaskId", .int(Int64(state.nextTaskID)))
+        for task in state.tasks.values { appendTask(task) }
+        lastNextTaskID = max(lastNextTaskID, state.nextTaskID)
+        append("nextTaskId", .int(Int64(lastNextTaskID)))
         let temporary = path + ".new"
         let file = FileDescriptor(try systemCall("open(\(temporary))") {
             open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0o600)

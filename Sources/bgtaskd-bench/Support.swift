@@ -117,7 +117,11 @@ final class BenchDaemon {
     let startup: Int64
 
     init(_ settings: [String]) throws {
-        directory = NSTemporaryDirectory() + "bgtaskd-bench-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        // On a tmpfs, as /run/bgtaskd (the socket and the state file) is under systemd; the
+        // state file is written on every change. BGTASKD_BENCH_DIR overrides it.
+        let base = ProcessInfo.processInfo.environment["BGTASKD_BENCH_DIR"]
+            ?? (FileManager.default.fileExists(atPath: "/dev/shm") ? "/dev/shm/" : NSTemporaryDirectory())
+        directory = base + "bgtaskd-bench-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         socketPath = directory + "/io.bgtaskd"
         let notify = try UnixSocket.bindDatagram(path: directory + "/notify")
