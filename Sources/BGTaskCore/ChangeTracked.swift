@@ -28,7 +28,8 @@ struct ChangeTracked<Key: Hashable, Value> {
 
     /// The keys written since the last call.
     mutating func takeChanges() -> Set<Key> {
-        defer { changed.removeAll(keepingCapacity: true) }
+        guard !changed.isEmpty else { return [] }  // most passes: no allocation
+        defer { changed = [] }
         return changed
     }
 

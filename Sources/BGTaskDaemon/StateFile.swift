@@ -10,7 +10,9 @@ import Varlink
 /// back by applying the lines in order. When the log has grown well past the state it
 /// describes it is rewritten whole (to a new file, renamed over the old one). No fsync: the
 /// directory is a tmpfs under /run, and deadlines mean nothing after a reboot anyway (the
-/// first line names the boot; a file from another boot is ignored).
+/// first line names the boot where `/proc/sys` is visible; a file from another boot is
+/// ignored. Under the shipped unit's `ProcSubset=pid` it is not, and /run, emptied at
+/// boot, is what keeps an old file away).
 final class StateFile {
     static let fileName = "bgtaskd.state"
     static let format = 1
@@ -104,7 +106,9 @@ final class StateFile {
             switch change {
             case let .app(app): append("app", Self.encode(app))
             case let .terminating(process, killAt):
-                append("terminating", .object(Self.fields(process).merging(["killAt": .int(killAt.nanoseconds)]) { $1 }))
+                var object = Self.fields(process)
+                object["killAt"] = .int(killAt.nanoseconds)
+                append("terminating", .object(object))
             case let .gone(process): append("gone", .object(Self.fields(process)))
             }
         }
@@ -191,11 +195,9 @@ final class StateFile {
         JSON.object(["format": .int(Int64(Self.format)), "boot": .string(Self.bootID)]).write(to: &pending)
         pending.append(UInt8(ascii: "\n"))
         for entry in history { record(entry) }
-        for app in state.apps.values { append("app", Self.encode(app)) }
-        for (process, killAt) in state.terminating {
-            append("terminating", .object(Self.fields(process).merging(["killAt": .int(killAt.nanoseconds)]) { $1 }))
-        }
-        for task in state.tasks.values { appendTask(task) }
+        // The whole state is every record changed at once.
+        record((state.apps.values.map { .app($0) } + state.terminating.map { .terminating($0, killAt: $1) },
+                state.tasks.values.map { .task($0) }), nextTaskID: 0)
         lastNextTaskID = max(lastNextTaskID, state.nextTaskID)
         append("nextTaskId", .int(Int64(lastNextTaskID)))
         let temporary = path + ".new"

@@ -85,7 +85,18 @@ public final class FileDescriptor: @unchecked Sendable {
     /// Waits until the descriptor is readable (or `timeoutMilliseconds` pass; -1 waits forever).
     /// Returns whether it became readable.
     public func waitReadable(timeoutMilliseconds: Int32) throws(Errno) -> Bool {
-        var entry = pollfd(fd: rawValue, events: Int16(POLLIN), revents: 0)
+        try wait(for: Int16(POLLIN), timeoutMilliseconds: timeoutMilliseconds)
+    }
+
+    /// Waits until the descriptor is writable (or an error or hang-up is pending), or
+    /// `timeoutMilliseconds` pass. Returns whether it did.
+    public func waitWritable(timeoutMilliseconds: Int32) throws(Errno) -> Bool {
+        try wait(for: Int16(POLLOUT), timeoutMilliseconds: timeoutMilliseconds)
+    }
+
+    /// `poll(2)` on this one descriptor.
+    private func wait(for events: Int16, timeoutMilliseconds: Int32) throws(Errno) -> Bool {
+        var entry = pollfd(fd: rawValue, events: events, revents: 0)
         let n = try systemCall("poll") { poll(&entry, 1, timeoutMilliseconds) }
         return n > 0
     }

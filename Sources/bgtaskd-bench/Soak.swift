@@ -98,9 +98,8 @@ enum Soak {
             expected.suspended += idlers.count
             expected.terminated += holders.count
             try waitFor("\(idlers.count) idlers stopped") { idlers.allSatisfy { (try? ProcStat.read(pid: $0))?.state == "T" } }
-            var reaped = 0
             try waitFor("\(holders.count) holders killed at their deadline") {
-                for pid in holders where (try? Subprocess.wait(pid: pid, block: false)) != nil { reaped += 1 }
+                for pid in holders { _ = try? Subprocess.wait(pid: pid, block: false) }  // reap the killed
                 holders.removeAll { (try? ProcStat.read(pid: $0)) == nil }
                 return holders.isEmpty
             }

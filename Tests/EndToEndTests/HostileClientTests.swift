@@ -134,8 +134,7 @@ import Varlink
         while !dropped, Clock.monotonicNanoseconds() < giveUp {
             do {
                 if try greedy.writeAvailable(call) == nil {
-                    var pause = timespec(tv_sec: 0, tv_nsec: 1_000_000)  // full: poll interval while the daemon catches up
-                    nanosleep(&pause, nil)
+                    _ = try greedy.waitWritable(timeoutMilliseconds: 1000)  // full: until the daemon reads more
                 }
             } catch {
                 dropped = true  // EPIPE or ECONNRESET: the daemon closed it
