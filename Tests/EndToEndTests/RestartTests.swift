@@ -103,7 +103,9 @@ import Varlink
         let settings = ["BackgroundTimeSec=5min", "GrantLatencyMinSec=1ms", "GrantLatencyMaxSec=20ms"]
         var daemon = try TestDaemon(settings)
         let worker = try daemon.probe(), sleeper = try daemon.probe(), idle = try daemon.probe()
-        _ = try worker.begin("first")
+        let first = try worker.begin("first")
+        // Granted before the background, or it is denied and the worker suspended (rule 4).
+        try waitUntil("task \(first) granted") { try daemon.tasks().first { $0["id"]?.intValue == first }?["state"] == "granted" }
         try daemon.setState(worker.pid, "background")
         try daemon.setState(sleeper.pid, "background")
         try waitUntil("pid \(sleeper.pid) stopped") { processState(sleeper.pid) == "T" }
@@ -112,6 +114,11 @@ import Varlink
             // Change something every round: a task begun, one ended, the idle app moved.
             held.append(try idle.begin("round \(round)"))
             if round % 3 == 0 { try idle.call("end \(held.removeFirst())") }
+            if round % 2 == 0 {  // as for the worker: a pending task would be denied and the app suspended
+                try waitUntil("round \(round): the idle app's tasks granted") {
+                    try daemon.tasks(idle.pid).allSatisfy { $0["state"] == "granted" }
+                }
+            }
             try daemon.setState(idle.pid, round % 2 == 0 ? "background" : "foreground")
             let before = try Listing(daemon)
             try daemon.crash()
