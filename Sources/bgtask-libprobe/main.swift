@@ -5,6 +5,7 @@
 //                          (with "keep" it does not end it)        → {"begin": ID}
 //   end ID                 endBackgroundTask                      → {"end": ID}
 //   on-background NAME     the delegate begins NAME in applicationDidEnterBackground
+//                                                               → {"onBackground": NAME}
 //   remaining              → {"remaining": SECONDS or "max", "state": ...}
 //   connected              → {"connected": BOOL}
 //   with-task NAME         withBackgroundTask running until cancelled → {"withTask": ...}
@@ -86,7 +87,10 @@ while let line = readLine() {
     case "end"?:
         app.endBackgroundTask(BackgroundTaskIdentifier(rawValue: Int(words.count > 1 ? words[1] : "") ?? 0))
         emit(["end": .int(Int64(words.count > 1 ? words[1] : "") ?? 0)])
-    case "on-background"?: queue.sync { delegate.taskOnBackground = words.count > 1 ? words[1] : "handler" }
+    case "on-background"?:
+        let name = words.count > 1 ? words[1] : "handler"
+        queue.sync { delegate.taskOnBackground = name }
+        emit(["onBackground": .string(name)])
     case "remaining"?:
         let left = app.backgroundTimeRemaining
         emit(["remaining": left == .greatestFiniteMagnitude ? "max" : .double(left), "state": .string(app.applicationState)])

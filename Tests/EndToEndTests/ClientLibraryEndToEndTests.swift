@@ -57,6 +57,7 @@ import Varlink
         let daemon = try TestDaemon(["TransitionTimeoutSec=1s", "GrantLatencyMinSec=2s", "GrantLatencyMaxSec=2s"])
         let app = try app(daemon)
         try app.send("on-background late")
+        _ = try app.next { $0["onBackground"] != nil }  // set before the background arrives
         try daemon.setState(app.pid, "background")
         // The delegate began "late"; the library waited for its grant until just before the
         // transition deadline, then reported the transition: denied, suspended.
