@@ -10,6 +10,8 @@ public enum BGTaskError: Error, Equatable, Sendable {
     case noSuchApp(Int32)
     /// A parameter was refused (pid 1, the daemon itself, a kernel thread, a bad value).
     case invalidParameter(String)
+    /// The state file (named) cannot be written, so nothing may change (a full disk).
+    case stateNotWritable(String)
 
     /// The error's Varlink name.
     public var varlinkName: String {
@@ -19,6 +21,7 @@ public enum BGTaskError: Error, Equatable, Sendable {
         case .limitExceeded: "io.bgtaskd.App.LimitExceeded"
         case .noSuchApp: "io.bgtaskd.Manager.NoSuchApp"
         case .invalidParameter: "org.varlink.service.InvalidParameter"
+        case .stateNotWritable: "io.bgtaskd.App.StateNotWritable"
         }
     }
 }

@@ -33,8 +33,7 @@ extension BackgroundModel {
                            at: now, effects: &effects)
                 }
             }
-            apps[process] = nil
-            count(from: app.state, to: nil)
+            removeApp(process)
             effects.append(.log(LogEntry(priority: .info, kind: .appExited,
                                          message: "App \(process) (\(app.command)) exited; forgotten",
                                          app: process, command: app.command)))
@@ -70,7 +69,7 @@ extension BackgroundModel {
             record.transitionDeadline = now + configuration.transitionTimeout
             timers.insert(.transitionTimeout(app, epoch: record.epoch), at: record.transitionDeadline!)
             apps[app] = record
-            effects.append(.lifecycle(app, .didEnterBackground(transitionTimeout: configuration.transitionTimeout,
+            effects.append(.lifecycle(app, uid: record.uid, .didEnterBackground(transitionTimeout: configuration.transitionTimeout,
                                                                backgroundTimeRemaining: configuration.backgroundTime)))
         } else {
             // No subscriber: the app counts as having returned from its handler at once.
@@ -107,7 +106,7 @@ extension BackgroundModel {
             tasks[id] = task
             effects.append(.taskChanged(snapshot(task, at: now)))
         }
-        effects.append(.lifecycle(app, .willEnterForeground))
+        effects.append(.lifecycle(app, uid: record.uid, .willEnterForeground))
     }
 
     /// Rule 6: the warning timer fired.
@@ -134,7 +133,7 @@ extension BackgroundModel {
                                          app: app, command: record.command, taskID: id, taskName: task.name)))
         }
         if !expiring.isEmpty {
-            effects.append(.lifecycle(app, .taskExpiring(expiring, backgroundTimeRemaining: left)))
+            effects.append(.lifecycle(app, uid: record.uid, .taskExpiring(expiring, backgroundTimeRemaining: left)))
         }
         suspendIfIdle(app, at: now, effects: &effects)
     }
@@ -192,11 +191,10 @@ extension BackgroundModel {
                 finish(task, as: task.state == .pending ? .denied : .ended, reason: .appTerminated, at: now, effects: &effects)
             }
         }
-        if !expired.isEmpty { effects.append(.lifecycle(app, .taskExpired(expired))) }
-        apps[app] = nil
-        count(from: record.state, to: nil)
+        if !expired.isEmpty { effects.append(.lifecycle(app, uid: record.uid, .taskExpired(expired))) }
+        removeApp(app)
         if signal != .kill {
-            terminating[app] = now + configuration.terminateGrace
+            terminating[app] = Termination(killAt: now + configuration.terminateGrace, uid: record.uid)
             timers.insert(.kill(app), at: now + configuration.terminateGrace)
         }
         effects.append(.act(AppActionRecord(app: app, uid: record.uid, command: record.command, action: .terminated,
@@ -240,9 +238,9 @@ extension BackgroundModel {
             case let .deadline(app, epoch):
                 if apps[app]?.epoch == epoch { expire(app, at: at, effects: &effects) }
             case let .kill(process):
-                guard terminating.removeValue(forKey: process) != nil else { continue }
+                guard let termination = terminating.removeValue(forKey: process) else { continue }
                 apps.touch(process)
-                effects.append(.kill(process))
+                effects.append(.kill(process, uid: termination.uid))
                 settleWatch(process, before: true, effects: &effects)
             }
         }

@@ -58,7 +58,7 @@ public struct SavedState: Equatable, Sendable {
     public var apps: [ProcessIdentity: SavedApp] = [:]
     public var tasks: [TaskID: SavedTask] = [:]
     /// Terminated processes and when their `SIGKILL` is due.
-    public var terminating: [ProcessIdentity: Instant] = [:]
+    public var terminating: [ProcessIdentity: Termination] = [:]
     public var nextTaskID: TaskID = 1
 
     public init() {}
@@ -69,9 +69,9 @@ public struct SavedState: Equatable, Sendable {
         case let .app(app):
             apps[app.identity] = app
             terminating[app.identity] = nil
-        case let .terminating(process, killAt):
+        case let .terminating(process, termination):
             apps[process] = nil
-            terminating[process] = killAt
+            terminating[process] = termination
         case let .gone(process):
             apps[process] = nil
             terminating[process] = nil
@@ -86,10 +86,22 @@ public struct SavedState: Equatable, Sendable {
     }
 }
 
+/// A process sent a catchable terminate signal: when its `SIGKILL` is due, and the uid of
+/// the app it was (so a restart re-proves it before acting).
+public struct Termination: Equatable, Sendable {
+    public var killAt: Instant
+    public var uid: UInt32
+
+    public init(killAt: Instant, uid: UInt32) {
+        self.killAt = killAt
+        self.uid = uid
+    }
+}
+
 /// How one process's saved record changed.
 public enum SavedProcessChange: Equatable, Sendable {
     case app(SavedApp)
-    case terminating(ProcessIdentity, killAt: Instant)
+    case terminating(ProcessIdentity, Termination)
     /// Neither an app nor terminating any more.
     case gone(ProcessIdentity)
 }
@@ -109,7 +121,7 @@ extension BackgroundModel {
     public mutating func takeChanges() -> (processes: [SavedProcessChange], tasks: [SavedTaskChange]) {
         let processes = apps.takeChanges().map { identity -> SavedProcessChange in
             if let app = apps[identity] { return .app(saved(app)) }
-            if let killAt = terminating[identity] { return .terminating(identity, killAt: killAt) }
+            if let termination = terminating[identity] { return .terminating(identity, termination) }
             return .gone(identity)
         }
         let tasks = self.tasks.takeChanges().map { id -> SavedTaskChange in
@@ -155,8 +167,7 @@ extension BackgroundModel {
             record.transitionDeadline = app.transitionDeadline
             record.warned = app.warned
             record.epoch = 1
-            apps[app.identity] = record
-            count(from: nil, to: app.state)
+            insertApp(record)
             effects.append(.watch(app.identity))
             guard app.state == .background, let deadline = app.deadline else { continue }
             if !app.warned {
@@ -169,12 +180,14 @@ extension BackgroundModel {
         }
         let previousConnections = ConnectionID(0)
         for task in saved.tasks.values.sorted(by: { $0.id < $1.id }) where apps[task.app] != nil && task.state.isActive {
-            let record = TaskRecord(id: task.id, app: task.app, owner: task.owner,
+            let uid = apps[task.app]!.uid
+            let record = TaskRecord(id: task.id, app: task.app, uid: uid, owner: task.owner,
                                     connection: task.connectionBound ? previousConnections : nil, name: task.name,
                                     expirationHandler: task.expirationHandler, created: task.created,
                                     state: task.state, grantAt: task.grantAt, ageWarned: task.ageWarned)
             let watched = needsWatch(task.owner)
             tasks[task.id] = record
+            tasksPerUID[uid, default: 0] += 1
             apps[unsaved: task.app]?.taskIDs.append(task.id)
             tasksByOwner[task.owner, default: []].insert(task.id)
             if task.connectionBound { tasksByConnection[previousConnections, default: []].insert(task.id) }
@@ -183,11 +196,11 @@ extension BackgroundModel {
             if !task.ageWarned { ageQueue.append((task.id, task.created)) }
         }
         ageQueue.sort { $0.created < $1.created }
-        for (process, killAt) in saved.terminating where apps[process] == nil {
+        for (process, termination) in saved.terminating where apps[process] == nil {
             let watched = needsWatch(process)
-            terminating[process] = killAt
+            terminating[process] = termination
             apps.touch(process)
-            timers.insert(.kill(process), at: killAt)
+            timers.insert(.kill(process), at: termination.killAt)
             settleWatch(process, before: watched, effects: &effects)
         }
         // The restart closed every connection: the same as each closing (rule 9) and each

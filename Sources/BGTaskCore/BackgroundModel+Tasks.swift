@@ -12,13 +12,17 @@ extension BackgroundModel {
         guard record.taskIDs.count < configuration.maxTasksPerApp else {
             throw .limitExceeded("MaxTasksPerApp=\(configuration.maxTasksPerApp) reached")
         }
+        guard record.uid == 0 || taskCount(ownedBy: record.uid) < configuration.maxTasksPerUser else {
+            throw .limitExceeded("MaxTasksPerUser=\(configuration.maxTasksPerUser) reached for uid \(record.uid)")
+        }
         let id = nextTaskID
         nextTaskID += 1
-        let task = TaskRecord(id: id, app: app, owner: owner, connection: connection, name: name,
+        let task = TaskRecord(id: id, app: app, uid: record.uid, owner: owner, connection: connection, name: name,
                               expirationHandler: expirationHandler, created: now,
                               grantAt: now + drawGrantLatency())
         let watched = needsWatch(owner)
         tasks[id] = task
+        tasksPerUID[record.uid, default: 0] += 1
         apps[unsaved: app]?.taskIDs.append(id)
         tasksByOwner[owner, default: []].insert(id)
         if let connection { tasksByConnection[connection, default: []].insert(id) }
@@ -92,7 +96,7 @@ extension BackgroundModel {
         guard var task = tasks[id], task.state == .pending, let app = apps[task.app] else { return }
         task.state = app.warned ? .expiring : .granted
         tasks[id] = task
-        effects.append(.lifecycle(task.app, .taskGranted(id)))
+        effects.append(.lifecycle(task.app, uid: task.uid, .taskGranted(id)))
         effects.append(.taskChanged(snapshot(task, at: now)))
         if debugLogging {
             effects.append(.log(LogEntry(priority: .debug, kind: .taskGranted,
@@ -108,6 +112,8 @@ extension BackgroundModel {
         ended.state = state
         let watched = needsWatch(task.owner)
         tasks[task.id] = nil
+        tasksPerUID[task.uid, default: 1] -= 1
+        if tasksPerUID[task.uid] == 0 { tasksPerUID[task.uid] = nil }
         apps[unsaved: task.app]?.taskIDs.removeAll { $0 == task.id }
         tasksByOwner[task.owner]?.remove(task.id)
         if tasksByOwner[task.owner]?.isEmpty == true { tasksByOwner[task.owner] = nil }
@@ -117,7 +123,7 @@ extension BackgroundModel {
         }
         settleWatch(task.owner, before: watched, effects: &effects)
         if !task.ageWarned { forgetAgeEntry() }
-        if state == .denied { effects.append(.lifecycle(task.app, .taskDenied(task.id, reason))) }
+        if state == .denied { effects.append(.lifecycle(task.app, uid: task.uid, .taskDenied(task.id, reason))) }
         effects.append(.taskChanged(snapshot(ended, at: now, reason: reason)))
         if state == .ended, !debugLogging { return }
         let kind: LogKind = state == .denied ? .taskDenied : state == .expired ? .taskExpired : .taskEnded

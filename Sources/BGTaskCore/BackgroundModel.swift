@@ -27,6 +27,9 @@ public struct BackgroundModel {
     struct TaskRecord {
         let id: TaskID
         let app: ProcessIdentity
+        /// The app's uid: events about the task go to it (and to managers) only, even once
+        /// the app is gone.
+        let uid: UInt32
         let owner: ProcessIdentity
         let connection: ConnectionID?
         let name: String
@@ -47,10 +50,22 @@ public struct BackgroundModel {
     /// Active tasks only: a task that ends is forgotten (its names live on in history).
     var tasks = ChangeTracked<TaskID, TaskRecord>()
     var tasksByOwner: [ProcessIdentity: Set<TaskID>] = [:]
+    /// The uid that owns `process`: its app's, or, for a process waiting for its `SIGKILL`,
+    /// the uid of the app it was. `nil` if the model does not know the process.
+    public func owner(of process: ProcessIdentity) -> UInt32? {
+        if let app = apps[process] { return app.uid }
+        if let termination = terminating[process] { return termination.uid }
+        return tasksByOwner[process]?.first.flatMap { tasks[$0]?.uid }
+    }
+
+    /// Apps by owner, so listings filter before they build and per-user limits cost nothing.
+    var appsByUID: [UInt32: Set<ProcessIdentity>] = [:]
+    /// Active tasks by the uid of their app (`MaxTasksPerUser`).
+    var tasksPerUID: [UInt32: Int] = [:]
     var tasksByConnection: [ConnectionID: Set<TaskID>] = [:]
     /// Processes sent a catchable terminate signal, and when their grace runs out (the
     /// `SIGKILL`). Changes are noted in `apps`, whose entry for the process is gone.
-    var terminating: [ProcessIdentity: Instant] = [:]
+    var terminating: [ProcessIdentity: Termination] = [:]
     var timers = TimerQueue()
     /// Tasks in creation order, for the age warning. Its delay is one constant, so the
     /// deadlines come in this order: a queue, not heap entries that would outlive their
@@ -82,27 +97,41 @@ public struct BackgroundModel {
 
     // MARK: Apps
 
-    /// The registered app that is `process` or one of its ancestors.
+    /// The registered app that is `process` or one of its ancestors, of the same uid: a
+    /// process of another uid is never part of an app (it is an app of its own).
     public func app(containing process: ProcessDescription) -> ProcessIdentity? {
-        if apps[process.identity] != nil { return process.identity }
-        return process.ancestors.first { apps[$0] != nil }
+        if let app = apps[process.identity] { return app.uid == process.uid ? process.identity : nil }
+        return process.ancestors.first { apps[$0]?.uid == process.uid }
     }
 
     /// The app containing `process`, registering the process as a new foreground app when
-    /// none does (rule 1).
-    public mutating func register(_ process: ProcessDescription, at now: Instant,
+    /// none does (rule 1). `privileged`: asked by root or `ManagerGroup`, who are held to
+    /// `MaxApps` alone; everyone else also to `MaxAppsPerUser` and to `MaxApps` less the
+    /// reserve, so that no user (or several) can lock the managers out.
+    public mutating func register(_ process: ProcessDescription, privileged: Bool = false, at now: Instant,
                                   effects: inout [Effect]) throws(BGTaskError) -> ProcessIdentity {
         if let existing = app(containing: process) { return existing }
         guard process.identity.pid > 1 else {
             throw .invalidParameter("pid \(process.identity.pid) cannot be managed")
         }
+        guard apps[process.identity] == nil else {
+            // The pid's app belongs to another uid (the process changed uid): not this caller's.
+            throw .invalidParameter("pid \(process.identity.pid) is an app of another user")
+        }
         guard apps.count < configuration.maxApps else {
             throw .limitExceeded("MaxApps=\(configuration.maxApps) reached")
         }
+        if !privileged, process.uid != 0 {
+            guard apps.count < configuration.maxApps - configuration.reservedApps else {
+                throw .limitExceeded("MaxApps=\(configuration.maxApps) reached (the last \(configuration.reservedApps) are kept for root and ManagerGroup)")
+            }
+            guard appCount(ownedBy: process.uid) < configuration.maxAppsPerUser else {
+                throw .limitExceeded("MaxAppsPerUser=\(configuration.maxAppsPerUser) reached for uid \(process.uid)")
+            }
+        }
         let identity = process.identity
         let watched = needsWatch(identity)
-        apps[identity] = AppRecord(identity: identity, uid: process.uid, command: process.command)
-        count(from: nil, to: .foreground)
+        insertApp(AppRecord(identity: identity, uid: process.uid, command: process.command))
         settleWatch(identity, before: watched, effects: &effects)
         effects.append(.log(LogEntry(priority: .info, kind: .appRegistered,
                                      message: "App \(identity) (\(process.command)) registered in the foreground",
@@ -115,21 +144,41 @@ public struct BackgroundModel {
         apps[app].map { snapshot($0, at: now) }
     }
 
-    /// Every app, by pid.
-    public func listApps(at now: Instant) -> [AppSnapshot] {
-        apps.values.map { snapshot($0, at: now) }.sorted { $0.identity.pid < $1.identity.pid }
+    /// Every app, or those of `uid`, by pid. Filtered before anything is built: a caller pays
+    /// for what it may see, not for the whole machine.
+    public func listApps(ownedBy uid: UInt32? = nil, at now: Instant) -> [AppSnapshot] {
+        let records: [AppRecord] = uid.map { (appsByUID[$0] ?? []).compactMap { apps[$0] } } ?? Array(apps.values)
+        return records.map { snapshot($0, at: now) }.sorted { $0.identity.pid < $1.identity.pid }
     }
 
-    /// Active tasks, of one app or of all, by id.
-    public func listTasks(of app: ProcessIdentity? = nil, at now: Instant) -> [TaskSnapshot] {
-        let ids = app.map { apps[$0]?.taskIDs ?? [] } ?? Array(tasks.keys)
-        return ids.sorted().compactMap { tasks[$0].map { snapshot($0, at: now) } }
+    /// Active tasks, of one app, of the apps of `uid`, or of all, by id.
+    public func listTasks(of app: ProcessIdentity? = nil, ownedBy uid: UInt32? = nil, at now: Instant) -> [TaskSnapshot] {
+        var ids: [TaskID]
+        if let app {
+            ids = apps[app].map { uid == nil || $0.uid == uid ? $0.taskIDs : [] } ?? []
+        } else if let uid {
+            ids = (appsByUID[uid] ?? []).flatMap { apps[$0]?.taskIDs ?? [] }
+        } else {
+            ids = Array(tasks.keys)
+        }
+        ids.sort()
+        return ids.compactMap { tasks[$0].map { snapshot($0, at: now) } }
     }
 
     /// Number of registered apps.
     public var appCount: Int { apps.count }
     /// Number of active tasks.
     public var taskCount: Int { tasks.count }
+    /// Apps owned by `uid`.
+    public func appCount(ownedBy uid: UInt32) -> Int { appsByUID[uid]?.count ?? 0 }
+    /// Active tasks of the apps owned by `uid`.
+    public func taskCount(ownedBy uid: UInt32) -> Int { tasksPerUID[uid] ?? 0 }
+    /// Apps of `uid` per state, for a status line that shows a user only its own.
+    public func stateCounts(ownedBy uid: UInt32) -> [AppState: Int] {
+        var counts: [AppState: Int] = [:]
+        for identity in appsByUID[uid] ?? [] { if let app = apps[identity] { counts[app.state, default: 0] += 1 } }
+        return counts
+    }
 
     /// Background time left: `nil` in the foreground (unlimited), zero once suspended.
     public func backgroundTimeRemaining(of app: ProcessIdentity, at now: Instant) -> Duration? {
@@ -152,9 +201,25 @@ public struct BackgroundModel {
     }
 
     func snapshot(_ task: TaskRecord, at now: Instant, reason: TaskReason? = nil) -> TaskSnapshot {
-        TaskSnapshot(id: task.id, app: task.app, owner: task.owner, uid: apps[task.app]?.uid ?? 0,
+        TaskSnapshot(id: task.id, app: task.app, owner: task.owner, uid: task.uid,
                      name: task.name, state: task.state, reason: reason, age: max(.zero, now - task.created),
                      expirationHandler: task.expirationHandler)
+    }
+
+    /// Adds an app record and keeps the indexes in step.
+    mutating func insertApp(_ record: AppRecord) {
+        apps[record.identity] = record
+        appsByUID[record.uid, default: []].insert(record.identity)
+        count(from: nil, to: record.state)
+    }
+
+    /// Removes an app record (its tasks must be gone already) and keeps the indexes in step.
+    mutating func removeApp(_ identity: ProcessIdentity) {
+        guard let record = apps[identity] else { return }
+        apps[identity] = nil
+        appsByUID[record.uid]?.remove(identity)
+        if appsByUID[record.uid]?.isEmpty == true { appsByUID[record.uid] = nil }
+        count(from: record.state, to: nil)
     }
 
     /// Keeps `stateCounts` in step with a state change (`nil`: not an app).

@@ -58,7 +58,9 @@ extension Configuration {
         }, format: { $0.terminateSignal.description }),
         span("Enforcement", "TerminateGraceSec", \.terminateGrace),
         count("Limits", "MaxApps", \.maxApps),
+        count("Limits", "MaxAppsPerUser", \.maxAppsPerUser),
         count("Limits", "MaxTasksPerApp", \.maxTasksPerApp),
+        count("Limits", "MaxTasksPerUser", \.maxTasksPerUser),
         count("Limits", "MaxConnectionsPerUser", \.maxConnectionsPerUser),
         ConfigurationKey(section: "Limits", name: "MaxMessageBytes", apply: { config, text in
             guard let size = ConfigurationValue.parseSize(text), size >= 1024, size <= 16 << 20 else {

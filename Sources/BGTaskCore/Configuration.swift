@@ -66,7 +66,12 @@ public struct Configuration: Equatable, Sendable {
     public var terminateGrace: Duration = .seconds(2)
     // [Limits]
     public var maxApps: Int = 8192
+    /// Apps one unprivileged uid may own. Root-owned apps, and apps a privileged manager
+    /// registers, are not counted against it.
+    public var maxAppsPerUser: Int = 1024
     public var maxTasksPerApp: Int = 1000
+    /// Active tasks of all the apps one unprivileged uid owns.
+    public var maxTasksPerUser: Int = 4096
     public var maxConnectionsPerUser: Int = 256
     /// The largest Varlink message accepted, in bytes.
     public var maxMessageBytes: Int = 64 * 1024
@@ -75,4 +80,8 @@ public struct Configuration: Equatable, Sendable {
     public var managerGroup: String = ""
 
     public init() {}
+
+    /// Apps kept back for root and `ManagerGroup`: unprivileged callers may register only up
+    /// to `maxApps - reservedApps`, so several users at their limits still leave room.
+    public var reservedApps: Int { maxApps / 16 }
 }

@@ -64,14 +64,15 @@ public struct LogEntry: Equatable, Sendable {
 
 /// Everything the model asks the daemon to do. The daemon runs effects in order.
 public enum Effect: Equatable, Sendable {
-    /// Deliver to the app's lifecycle subscribers.
-    case lifecycle(ProcessIdentity, LifecycleEvent)
+    /// Deliver to the app's lifecycle subscribers (and to monitors allowed to see `uid`, the
+    /// app's owner: carried here because the app may be gone by the time it is delivered).
+    case lifecycle(ProcessIdentity, uid: UInt32, LifecycleEvent)
     /// A task changed state (its `more` stream and monitors).
     case taskChanged(TaskSnapshot)
     /// Suspend, resume or terminate the app (`terminate` carries the signal), and record it.
     case act(AppActionRecord, signal: TerminateSignal?)
     /// Send `SIGKILL`: the grace after a catchable terminate signal ran out.
-    case kill(ProcessIdentity)
+    case kill(ProcessIdentity, uid: UInt32)
     /// Start or stop watching a process for its exit.
     case watch(ProcessIdentity)
     case unwatch(ProcessIdentity)

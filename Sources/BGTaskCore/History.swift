@@ -10,12 +10,16 @@ public struct HistoryEntry: Equatable, Sendable {
     }
 }
 
-/// The bounded history of rule 11: the oldest entries are dropped first.
+/// The bounded history of rule 11, shared fairly between users: when it is full, the entry
+/// dropped is the oldest of the uid holding the most entries. A user who fills it evicts only
+/// its own entries, never another's (root's included).
 public struct History: Sendable {
-    /// How many entries are kept.
+    /// How many entries are kept in all.
     public let capacity: Int
-    private var ring: [HistoryEntry] = []
-    private var head = 0
+    /// Each uid's entries, oldest first, numbered in the order they were appended.
+    private var byUID: [UInt32: [(sequence: UInt64, entry: HistoryEntry)]] = [:]
+    private var nextSequence: UInt64 = 0
+    public private(set) var count = 0
 
     public init(capacity: Int) {
         precondition(capacity > 0)
@@ -23,17 +27,24 @@ public struct History: Sendable {
     }
 
     public mutating func append(_ entry: HistoryEntry) {
-        if ring.count < capacity {
-            ring.append(entry)
-        } else {
-            ring[head] = entry
-            head = (head + 1) % capacity
+        if count == capacity, let largest = byUID.max(by: { $0.value.count < $1.value.count })?.key {
+            byUID[largest]!.removeFirst()
+            if byUID[largest]!.isEmpty { byUID[largest] = nil }
+            count -= 1
         }
+        byUID[entry.record.uid, default: []].append((nextSequence, entry))
+        nextSequence += 1
+        count += 1
     }
 
-    /// The entries, oldest first.
-    public var entries: [HistoryEntry] { Array(ring[head...] + ring[..<head]) }
-    public var count: Int { ring.count }
+    /// The entries, oldest first: all of them, or those of `uid`.
+    public func entries(ownedBy uid: UInt32? = nil) -> [HistoryEntry] {
+        if let uid { return (byUID[uid] ?? []).map(\.entry) }
+        return byUID.values.joined().sorted { $0.sequence < $1.sequence }.map(\.entry)
+    }
+
+    /// Every entry, oldest first.
+    public var entries: [HistoryEntry] { entries() }
 }
 
 /// Who may do what (DESIGN.md §3), decided from kernel-reported credentials only.

@@ -1,13 +1,15 @@
 import BGTaskCore
 import BGTaskSystem
-import Glibc
 import Varlink
 
 /// One client connection: its socket, what the kernel says about its peer, its input
 /// framing and output buffer, and the stream it is in, if any.
 ///
-/// Calls are answered in order. While a call streams (`more`), later calls wait in the
-/// framer, as with sd-varlink: the stream's replies never interleave with other replies.
+/// Calls are answered in order, and input is read only while the connection can take
+/// another call (backpressure, as sd-varlink does): not while a call streams (`more`), not
+/// while a large reply is still being produced, not while replies wait unread. So a client
+/// never makes the daemon buffer more than `MaxMessageBytes` plus one read of its input,
+/// nor more than one reply (or slice of one) of its output, whatever it sends.
 final class Connection {
     /// What a streaming call is following.
     enum Stream: Equatable {
@@ -24,13 +26,20 @@ final class Connection {
     var source: EventSource?
     var framer: VarlinkFramer
     var stream: Stream?
+    /// A large reply being produced a slice at a time, between other connections' work.
+    var listing: ListingReply?
     /// The caller as resolved at its first `io.bgtaskd.App` call.
     var caller: ProcessDescription?
     private var output: [UInt8] = []
     private var outputStart = 0
+    private var ioEvents: UInt32 = 0
     private(set) var isClosed = false
-    /// Bytes of replies the peer has not read yet; past this the connection is dropped.
+    /// Bytes of stream events the peer has not read yet; past this the connection is dropped.
     static let maximumPendingOutput = 8 << 20
+    /// Calls are read and answered only while less than this waits to be written.
+    static let outputLowWater = 64 << 10
+    /// The most read from the socket at once.
+    static let readSize = 65536
 
     init(id: ConnectionID, socket: FileDescriptor, credentials: PeerCredentials, peerPidfd: Pidfd?,
          maximumMessageBytes: Int) {
@@ -43,26 +52,35 @@ final class Connection {
 
     var pendingOutputBytes: Int { output.count - outputStart }
 
+    /// Whether the connection takes another call now.
+    var wantsInput: Bool {
+        !isClosed && stream == nil && listing == nil && pendingOutputBytes < Self.outputLowWater
+    }
+
     /// Queues a reply and writes what the socket takes now. Returns false if the peer is
     /// gone or too far behind, in which case the caller must close the connection.
     func send(_ reply: VarlinkReply) -> Bool {
         guard !isClosed else { return false }
-        // The bound is on the backlog the peer left unread, so one large reply (ListTasks
-        // with 100,000 tasks) still goes through.
         if pendingOutputBytes > Self.maximumPendingOutput { return false }
         reply.json.write(to: &output)
         output.append(0)
         return flush()
     }
 
-    /// Writes buffered output; arms `EPOLLOUT` while some remains.
+    /// Produces the next slice of the listing being sent, if the peer has read the last one.
+    /// Returns false if the peer is gone.
+    func continueListing() -> Bool {
+        guard let listing, pendingOutputBytes < Self.outputLowWater else { return true }
+        if listing.produce(into: &output) { self.listing = nil }
+        return flush()
+    }
+
+    /// Writes buffered output.
     func flush() -> Bool {
         while outputStart < output.count {
             do {
-                let written = try socket.write(output[outputStart...])
+                guard let written = try socket.writeAvailable(output[outputStart...]) else { break }
                 outputStart += written
-            } catch where error.code == EAGAIN {
-                break
             } catch {
                 return false
             }
@@ -70,16 +88,67 @@ final class Connection {
         if outputStart == output.count {
             output.removeAll(keepingCapacity: output.count < 65536)
             outputStart = 0
-            source?.setIOEvents(IOEvents.readable)
-            return true
         }
-        source?.setIOEvents(IOEvents.readable | IOEvents.writable)
         return true
+    }
+
+    /// Waits for what the connection can do next: input while it takes calls, output while
+    /// some waits or a listing goes on, and always the peer hanging up.
+    func updateEvents() {
+        guard !isClosed else { return }
+        var events = IOEvents.peerHangup
+        if wantsInput { events |= IOEvents.readable }
+        if pendingOutputBytes > 0 || listing != nil { events |= IOEvents.writable }
+        if events != ioEvents {
+            ioEvents = events
+            source?.setIOEvents(events)
+        }
     }
 
     func close() {
         isClosed = true
+        listing = nil
         source = nil
         socket.close()
+    }
+}
+
+/// A reply too large to build in one go (`ListTasks` of 100,000 tasks is 14 MB of JSON):
+/// its items are taken at the call and encoded a slice at a time, each slice once the peer
+/// has read the previous one, so no call holds the loop and an unread reply costs one slice.
+final class ListingReply {
+    /// Items encoded per slice: about a millisecond of work.
+    static let sliceSize = 256
+    private var prefix: [UInt8]?
+    private let count: Int
+    private var next = 0
+    private let encode: (Int) -> JSON
+
+    /// `{"parameters":{"<key>":[items...]}}`
+    init(key: String, count: Int, encode: @escaping (Int) -> JSON) {
+        var prefix = Array("{\"parameters\":{".utf8)
+        JSON.string(key).write(to: &prefix)
+        prefix += Array(":[".utf8)
+        self.prefix = prefix
+        self.count = count
+        self.encode = encode
+    }
+
+    /// Appends the next slice; returns true when the reply is complete (NUL included).
+    func produce(into output: inout [UInt8]) -> Bool {
+        if let prefix {
+            output += prefix
+            self.prefix = nil
+        }
+        let end = min(count, next + Self.sliceSize)
+        while next < end {
+            if next > 0 { output.append(UInt8(ascii: ",")) }
+            encode(next).write(to: &output)
+            next += 1
+        }
+        guard next == count else { return false }
+        output += Array("]}}".utf8)
+        output.append(0)
+        return true
     }
 }

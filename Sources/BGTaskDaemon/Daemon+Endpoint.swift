@@ -5,12 +5,12 @@ import Varlink
 /// The Varlink endpoint: decodes each call, checks access, asks the model, encodes the reply.
 extension Daemon {
     func dispatch(_ call: VarlinkCall, on connection: Connection, at now: Instant,
-                  effects: inout [Effect]) throws(VarlinkError) -> VarlinkReply {
+                  effects: inout [Effect]) throws(VarlinkError) -> Answer {
         let (interface, member) = VarlinkCall.split(call.method)
         do {
             switch interface {
-            case InterfaceDescription.service: return try serviceCall(call, member)
-            case "io.bgtaskd.App": return try appCall(call, member, on: connection, at: now, effects: &effects)
+            case InterfaceDescription.service: return .reply(try serviceCall(call, member))
+            case "io.bgtaskd.App": return .reply(try appCall(call, member, on: connection, at: now, effects: &effects))
             case "io.bgtaskd.Manager": return try managerCall(call, member, on: connection, at: now, effects: &effects)
             default: throw VarlinkError.interfaceNotFound(interface)
             }
@@ -62,8 +62,9 @@ extension Daemon {
                  effects: inout [Effect]) throws -> VarlinkReply {
         let known = ["Subscribe", "BeginTask", "EndTask", "GetTimeRemaining", "FinishBackgroundTransition"]
         guard known.contains(member) else { throw VarlinkError.methodNotFound(call.method) }
+        try requireWritableState()
         let process = try caller(of: connection)
-        let app = try model.register(process, at: now, effects: &effects)
+        let app = try model.register(process, privileged: isPrivileged(connection), at: now, effects: &effects)
         switch member {
         case "Subscribe":
             _ = try Parameters(call.parameters, allowed: [])
@@ -118,37 +119,46 @@ extension Daemon {
         return access.mayManage(appUID: appUID, uid: c.uid, gid: c.gid, groups: c.groups)
     }
 
-    /// The registered app containing `pid`, checked for access.
+    /// Root or a member of `ManagerGroup`.
+    func isPrivileged(_ connection: Connection) -> Bool {
+        let c = connection.credentials
+        return access.isPrivileged(uid: c.uid, gid: c.gid, groups: c.groups)
+    }
+
+    /// Whose apps a listing shows the caller: everyone's (`nil`) or its own.
+    func visibleUID(_ connection: Connection) -> UInt32? {
+        isPrivileged(connection) ? nil : connection.credentials.uid
+    }
+
+    /// The registered app containing `pid`, checked for access. A process the caller may
+    /// not manage is refused the same way whether it is an app or not: whether another
+    /// user's process is an app is not the caller's to learn.
     func managedApp(pid: Int32, by connection: Connection, register: Bool, at now: Instant,
                     effects: inout [Effect]) throws -> ProcessIdentity {
         let target = try resolver.resolve(pid: pid)
-        callPidfds[target.description.identity] = target.pidfd
-        if let app = model.app(containing: target.description) {
-            guard mayManage(connection, appUID: model.snapshot(of: app, at: now)!.uid) else {
-                throw VarlinkError.permissionDenied
-            }
-            return app
-        }
-        guard register else { throw BGTaskError.noSuchApp(pid) }
         guard mayManage(connection, appUID: target.description.uid) else { throw VarlinkError.permissionDenied }
-        return try model.register(target.description, at: now, effects: &effects)
+        callPidfds[target.description.identity] = target.pidfd
+        if let app = model.app(containing: target.description) { return app }
+        guard register else { throw BGTaskError.noSuchApp(pid) }
+        return try model.register(target.description, privileged: isPrivileged(connection), at: now, effects: &effects)
     }
 
     func managerCall(_ call: VarlinkCall, _ member: String, on connection: Connection, at now: Instant,
-                     effects: inout [Effect]) throws -> VarlinkReply {
+                     effects: inout [Effect]) throws -> Answer {
         switch member {
         case "SetAppState":
             let parameters = try Parameters(call.parameters, allowed: ["pid", "state"])
             let pid = try parameters.pid()
             guard let state = AppState(rawValue: try parameters.string("state")),
                   state == .foreground || state == .background else { throw VarlinkError.invalidParameter("state") }
+            try requireWritableState()
             let app = try managedApp(pid: pid, by: connection, register: true, at: now, effects: &effects)
             let snapshot = try model.setState(of: app, to: state, at: now, effects: &effects)
-            return VarlinkReply(parameters: ["app": Wire.app(snapshot)])
+            return .reply(VarlinkReply(parameters: ["app": Wire.app(snapshot)]))
         case "ListApps":
             _ = try Parameters(call.parameters, allowed: [])
-            let apps = model.listApps(at: now).filter { mayManage(connection, appUID: $0.uid) }
-            return VarlinkReply(parameters: ["apps": .array(apps.map(Wire.app))])
+            let apps = model.listApps(ownedBy: visibleUID(connection), at: now)
+            return .listing(ListingReply(key: "apps", count: apps.count) { Wire.app(apps[$0]) })
         case "ListTasks":
             let parameters = try Parameters(call.parameters, allowed: ["pid"])
             var app: ProcessIdentity?
@@ -156,42 +166,46 @@ extension Daemon {
                 guard pid > 0, pid <= Int64(Int32.max) else { throw VarlinkError.invalidParameter("pid") }
                 app = try managedApp(pid: Int32(pid), by: connection, register: false, at: now, effects: &effects)
             }
-            let tasks = model.listTasks(of: app, at: now).filter { mayManage(connection, appUID: $0.uid) }
-            return VarlinkReply(parameters: ["tasks": .array(tasks.map(Wire.task))])
+            let tasks = model.listTasks(of: app, ownedBy: visibleUID(connection), at: now)
+            return .listing(ListingReply(key: "tasks", count: tasks.count) { Wire.task(tasks[$0]) })
         case "GetStatus":
             _ = try Parameters(call.parameters, allowed: [])
-            let counts = model.stateCounts
-            return VarlinkReply(parameters: [
-                "version": .string(InterfaceDescription.version), "apps": .int(Int64(model.appCount)),
-                "tasks": .int(Int64(model.taskCount)),
+            // Others' counts are not an unprivileged caller's business: it sees its own.
+            let uid = visibleUID(connection)
+            let counts = uid.map { model.stateCounts(ownedBy: $0) } ?? model.stateCounts
+            return .reply(VarlinkReply(parameters: [
+                "version": .string(InterfaceDescription.version),
+                "apps": .int(Int64(uid.map { model.appCount(ownedBy: $0) } ?? model.appCount)),
+                "tasks": .int(Int64(uid.map { model.taskCount(ownedBy: $0) } ?? model.taskCount)),
                 "backgroundApps": .int(Int64(counts[.background, default: 0])),
                 "suspendedApps": .int(Int64(counts[.suspended, default: 0])),
-                "connections": .int(Int64(connections.count)),
+                "connections": .int(Int64(uid.map { connectionsPerUID[$0, default: 0] } ?? connections.count)),
                 "uptime": Wire.seconds(.nanoseconds(Clock.monotonicNanoseconds() - startedAt)),
-            ])
+            ]))
         case "GetHistory":
             _ = try Parameters(call.parameters, allowed: [])
-            let entries = history.entries.filter { mayManage(connection, appUID: $0.record.uid) }
-            return VarlinkReply(parameters: ["entries": .array(entries.map(Wire.historyEntry))])
+            let entries = history.entries(ownedBy: visibleUID(connection))
+            return .listing(ListingReply(key: "entries", count: entries.count) { Wire.historyEntry(entries[$0]) })
         case "Monitor":
             _ = try Parameters(call.parameters, allowed: [])
             guard call.more else { throw VarlinkError.expectedMore }
             connection.stream = .monitor
             monitors.append(connection.id)
-            return VarlinkReply(parameters: ["event": .string("monitoring")], continues: true)
+            return .reply(VarlinkReply(parameters: ["event": .string("monitoring")], continues: true))
         case "Terminate":
             let parameters = try Parameters(call.parameters, allowed: ["pid"])
-            let app = try managedApp(pid: try parameters.pid(), by: connection, register: false, at: now, effects: &effects)
+            let pid = try parameters.pid()
+            try requireWritableState()
+            let app = try managedApp(pid: pid, by: connection, register: false, at: now, effects: &effects)
             try model.terminate(app, at: now, effects: &effects)
-            return VarlinkReply()
+            return .reply(VarlinkReply())
         case "Reload":
             _ = try Parameters(call.parameters, allowed: [])
-            let c = connection.credentials
-            guard access.isPrivileged(uid: c.uid, gid: c.gid, groups: c.groups) else { throw VarlinkError.permissionDenied }
+            guard isPrivileged(connection) else { throw VarlinkError.permissionDenied }
             if let error = reload() {
                 throw VarlinkError("io.bgtaskd.Manager.InvalidConfiguration", parameters: ["message": .string("\(error)")])
             }
-            return VarlinkReply()
+            return .reply(VarlinkReply())
         default:
             throw VarlinkError.methodNotFound(call.method)
         }

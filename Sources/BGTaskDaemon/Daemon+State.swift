@@ -1,12 +1,13 @@
 import BGTaskCore
 import BGTaskSystem
-import Glibc
 
 /// Restart without loss: the state file is written change by change and read back on start.
 extension Daemon {
     /// Takes over what a previous daemon left: every app whose process still runs (the same
-    /// process: pid and start time, checked while holding a pidfd), its tasks and deadlines,
-    /// and its suspension. Apps whose processes died meanwhile are cleaned up as exits.
+    /// process: pid, start time and uid, checked while holding a pidfd), its tasks and
+    /// deadlines, and its suspension. Apps whose processes died meanwhile, or cannot be proven
+    /// to be the same (a state file is trusted only that far), are cleaned up as exits, and
+    /// nothing is done to their processes.
     func restore() {
         let loaded = stateFile.load()
         for problem in loaded.problems { log(.warning, problem) }
@@ -16,23 +17,26 @@ extension Daemon {
         _ = model.takeChanges()
         rewriteState()
         for case let .watch(process) in effects {
-            if let pidfd = try? Pidfd.open(pid: process.pid), pidfd.startTime == process.startTime {
-                callPidfds[process] = pidfd
+            guard let pidfd = try? Pidfd.open(pid: process.pid), pidfd.startTime == process.startTime else { continue }
+            guard let saved = model.owner(of: process),
+                  (try? ProcStatus.uids(pid: process.pid))?.effective == saved else {
+                log(.warning, "pid \(process.pid) in \(stateFile.path) is not the process saved there (its uid changed); leaving it alone")
+                continue
             }
+            callPidfds[process] = pidfd
         }
-        run(effects)
+        carryOut(effects)
         callPidfds.removeAll()
         // Back in charge: what the model says is suspended is suspended again (the freezer or
         // SIGSTOP left it so, unless someone continued it), and what it says is not, is not
         // (a crash between a resume's record and its SIGCONT would leave it stopped).
         for app in model.listApps(at: now) {
             if app.state == .suspended {
-                enforcer.suspend(app.identity, command: app.command, mode: model.configuration.suspendMode)
-            } else if enforcer.isStopped(app.identity) {
-                enforcer.resume(app.identity)
+                enforcer.suspend(app.identity, uid: app.uid, command: app.command, mode: model.configuration.suspendMode)
+            } else if enforcer.isStopped(app.identity, uid: app.uid) {
+                enforcer.resume(app.identity, uid: app.uid)
             }
         }
-        afterPass()
         if loaded.found {
             let counts = model.stateCounts
             log(.info, "Restored \(model.appCount) apps (\(counts[.suspended, default: 0]) suspended) and "
@@ -40,36 +44,65 @@ extension Daemon {
         }
     }
 
-    /// Notes what the model changed since the last call.
-    func saveChanges() {
-        stateFile.record(model.takeChanges(), nextTaskID: model.nextTaskIdentifier)
-    }
-
-    /// Writes what was noted; rewrites the whole file once the log has grown well past it.
+    /// Writes what the model changed since the last call; rewrites the whole file once the
+    /// log has grown well past it.
     func writeState() {
-        saveChanges()
-        if stateWriteFailed { return rewriteState() }  // the log missed lines: write it whole
+        stateFile.record(model.takeChanges(), nextTaskID: model.nextTaskIdentifier)
         do {
             let live = model.appCount + model.taskCount + history.count
-            if try stateFile.flush(liveRecords: live) { rewriteState() }
+            if try stateFile.flush(liveRecords: live), loop.now >= nextRewriteAttempt { rewriteState() }
+            if !stateWritable { stateWriteRecovered() }
         } catch {
-            stateWriteFailedOnce(error)
+            stateWriteFailed(error)
         }
     }
 
+    /// A failed rewrite (no room for a copy) costs nothing more: the log it would replace is
+    /// whole, and appending goes on. It is tried again after a growing delay, never per call.
     func rewriteState() {
         do {
             try stateFile.rewrite(model.savedState(), history: history.entries)
-            stateWriteFailed = false
+            rewriteDelay = 0
         } catch {
-            stateWriteFailedOnce(error)
+            rewriteDelay = min(max(2 * rewriteDelay, 1_000_000_000), 60_000_000_000)
+            nextRewriteAttempt = loop.now + rewriteDelay
+            log(.warning, "Cannot rewrite \(stateFile.path): \(error); appending to the old log, trying again in \(rewriteDelay / 1_000_000_000)s")
         }
     }
 
-    private func stateWriteFailedOnce(_ error: Errno) {
-        if !stateWriteFailed {
-            log(.warning, "Cannot write \(stateFile.path): \(error); a restart now would lose recent changes")
+    /// The log cannot be appended to (a full disk): refuse what would change state, hold
+    /// back suspensions, and try again after a growing delay (100 ms up to 5 s).
+    private func stateWriteFailed(_ error: Errno) {
+        if stateWritable {
+            log(.warning, "Cannot write \(stateFile.path): \(error); refusing changes until it can be written")
         }
-        stateWriteFailed = true
+        stateWritable = false
+        stateRetryDelay = min(max(2 * stateRetryDelay, 100_000_000), 5_000_000_000)
+        stateRetryTimer.arm(at: loop.now + stateRetryDelay)
+    }
+
+    private func stateWriteRecovered() {
+        stateWritable = true
+        stateRetryDelay = 0
+        stateRetryTimer.arm(at: nil)
+        log(.notice, "\(stateFile.path) can be written again")
+        // The suspensions held back, of apps still suspended.
+        for app in deferredSuspensions.sorted(by: { $0.pid < $1.pid }) {
+            guard let snapshot = model.snapshot(of: app, at: now), snapshot.state == .suspended else { continue }
+            enforcer.suspend(app, uid: snapshot.uid, command: snapshot.command, mode: model.configuration.suspendMode)
+        }
+        deferredSuspensions.removeAll()
+    }
+
+    func retryStateWrite() {
+        writeState()
+    }
+
+    /// Refuses a call that would change state while it cannot be recorded (after trying once
+    /// more: the disk may have room again).
+    func requireWritableState() throws(BGTaskError) {
+        if stateWritable { return }
+        writeState()
+        if !stateWritable { throw .stateNotWritable(stateFile.path) }
     }
 }

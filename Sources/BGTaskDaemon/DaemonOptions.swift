@@ -1,6 +1,5 @@
 import BGTaskCore
 import BGTaskSystem
-import Glibc
 
 /// `bgtaskd [--config FILE] [--socket PATH] [--set KEY=VALUE]... [--check-config] [--version]`
 public struct DaemonOptions: Sendable {
@@ -70,7 +69,7 @@ public struct DaemonOptions: Sendable {
             do {
                 bytes = try readFile(path)
             } catch {
-                if error.code == ENOENT, path == main { continue }
+                if error.isNotFound, path == main { continue }
                 throw ConfigurationError(source: path, line: 0, message: "\(error)")
             }
             guard let text = String(validating: bytes, as: UTF8.self) else {

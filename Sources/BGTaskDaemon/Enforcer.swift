@@ -1,11 +1,14 @@
 import BGTaskCore
 import BGTaskSystem
-import Glibc
 
 /// Suspends, resumes and terminates whole apps — the app's process and every descendant —
 /// through the cgroup v2 freezer when the app has a cgroup of its own, else with signals
 /// sent through pidfds. Nothing here waits: freezer confirmation, stray-`SIGCONT` checks and
 /// fallbacks are driven by one timer on the loop.
+///
+/// The daemon holds `CAP_KILL`, and no user may borrow it: an app of an unprivileged uid
+/// is only the processes that uid could signal itself (`kill(2)`'s rule), and its cgroup is
+/// frozen or killed only if it is delegated to that uid. Others are left alone, and logged.
 final class Enforcer {
     enum Method: Equatable {
         case freezer(Cgroup)
@@ -15,6 +18,7 @@ final class Enforcer {
     struct PendingFreeze {
         var cgroup: Cgroup
         var command: String
+        var uid: UInt32
         var deadline: Int64
         var events: FileDescriptor
         var source: EventSource
@@ -32,11 +36,13 @@ final class Enforcer {
     /// The pidfd the daemon has held for the app's own process since it registered:
     /// every tree walk starts from it, never from a bare pid.
     let root: (ProcessIdentity) -> Pidfd?
-    let ownPID = getpid()
-    var suspended: [ProcessIdentity: (method: Method, command: String)] = [:]
+    let ownPID = Host.pid
+    var suspended: [ProcessIdentity: (method: Method, command: String, uid: UInt32)] = [:]
     var pendingFreezes: [ProcessIdentity: PendingFreeze] = [:]
     /// Apps sent a catchable signal: what to `SIGKILL` when the grace runs out.
     var terminating: [ProcessIdentity: (pidfds: [Pidfd], cgroup: Cgroup?)] = [:]
+    /// Processes left out of the action in progress because the owner could not signal them.
+    var excluded: Set<Int32> = []
     var timer: EventSource!
     var nextStopCheck: Int64?
 
@@ -50,25 +56,26 @@ final class Enforcer {
 
     // MARK: Actions
 
-    func suspend(_ app: ProcessIdentity, command: String, mode: SuspendMode) {
-        let tree = members(of: app)
+    func suspend(_ app: ProcessIdentity, uid: UInt32, command: String, mode: SuspendMode) {
+        defer { reportExcluded(app, command: command, action: "suspended") }
+        let tree = members(of: app, uid: uid)
         guard !tree.isEmpty else { return }  // gone: its pidfd reports the exit
         if mode != .signal {
-            switch ownCgroup(of: app, tree: tree) {
+            switch ownCgroup(of: app, uid: uid, tree: tree) {
             case let .success(cgroup):
-                return freeze(app, command: command, cgroup: cgroup)
+                return freeze(app, uid: uid, command: command, cgroup: cgroup)
             case let .failure(reason):
                 if mode == .freezer {
                     log(.notice, "App \(app) (\(command)) cannot be frozen: \(reason.text); suspending with SIGSTOP")
                 }
             }
         }
-        stopTree(app)
-        suspended[app] = (.signals, command)
+        stopTree(app, uid: uid)
+        suspended[app] = (.signals, command, uid)
         armTimer()
     }
 
-    func resume(_ app: ProcessIdentity) {
+    func resume(_ app: ProcessIdentity, uid: UInt32) {
         let record = suspended.removeValue(forKey: app)
         if let pending = pendingFreezes.removeValue(forKey: app) {
             try? pending.cgroup.setFrozen(false)
@@ -77,42 +84,45 @@ final class Enforcer {
             do { try cgroup.setFrozen(false) } catch { log(.warning, "App \(app): cannot thaw \(cgroup.directory): \(error)") }
         }
         // Always continue the tree too: harmless if frozen, needed after a signal fallback.
-        signalTree(app, SIGCONT)
+        signalTree(app, uid: uid, Signal.continue)
+        excluded = []
         armTimer()
     }
 
     /// Thaws, then sends `signal` to every process of the app. For a catchable signal the
     /// processes are remembered (by pidfd) so `kill` can finish the job.
-    func terminate(_ app: ProcessIdentity, command: String, signal: Int32) {
+    func terminate(_ app: ProcessIdentity, uid: UInt32, command: String, signal: Int32) {
+        defer { reportExcluded(app, command: command, action: "terminated") }
         let cgroup = suspended[app].flatMap { if case let .freezer(c) = $0.method { c } else { nil } }
-            ?? (try? ownCgroup(of: app, tree: members(of: app)).get())
+            ?? (try? ownCgroup(of: app, uid: uid, tree: members(of: app, uid: uid)).get())
         suspended[app] = nil
         pendingFreezes[app] = nil
         if let cgroup {
             try? cgroup.setFrozen(false)
-            if signal == SIGKILL, (try? cgroup.kill()) != nil {
+            if signal == Signal.kill, (try? cgroup.kill()) != nil {
                 armTimer()
                 return
             }
         }
         // Stop the whole tree first so nothing forks its way out, then thaw and signal.
-        let pidfds = stopTree(app) + (cgroup.map(pidfds(in:)) ?? [])
+        let pidfds = stopTree(app, uid: uid) + (cgroup.map(pidfds(in:)) ?? [])
         for pidfd in pidfds {
-            if signal != SIGKILL { try? pidfd.send(signal: SIGCONT) }
+            if signal != Signal.kill { try? pidfd.send(signal: Signal.continue) }
             try? pidfd.send(signal: signal)
         }
-        if signal != SIGKILL { terminating[app] = (pidfds, cgroup) }
+        if signal != Signal.kill { terminating[app] = (pidfds, cgroup) }
         armTimer()
     }
 
     /// The grace after a catchable terminate signal ran out: `SIGKILL` whatever is left.
     /// (A termination begun by a previous daemon has no record here: its tree gets it.)
-    func kill(_ app: ProcessIdentity) {
+    func kill(_ app: ProcessIdentity, uid: UInt32) {
+        defer { excluded = [] }
         let record = terminating.removeValue(forKey: app) ?? ([], nil)
         try? record.cgroup?.kill()
         var survivors = record.pidfds.filter { !$0.hasExited }
-        survivors += stopTree(app)  // and anything the main process forked meanwhile
-        for pidfd in survivors { try? pidfd.send(signal: SIGKILL) }
+        survivors += stopTree(app, uid: uid)  // and anything the main process forked meanwhile
+        for pidfd in survivors { try? pidfd.send(signal: Signal.kill) }
         if !survivors.isEmpty {
             log(.warning, "App \(app) still had \(survivors.count) process(es) after the terminate grace; sent SIGKILL")
         }
@@ -126,20 +136,21 @@ final class Enforcer {
     }
 
     /// Whether the app looks suspended: its own process stopped, or its own cgroup frozen.
-    func isStopped(_ app: ProcessIdentity) -> Bool {
+    func isStopped(_ app: ProcessIdentity, uid: UInt32) -> Bool {
+        defer { excluded = [] }
         guard let root = root(app), let stat = try? ProcStat.read(pid: root.pid), stat.startTime == app.startTime else {
             return false
         }
         if stat.state == "T" { return true }
-        guard let cgroup = try? ownCgroup(of: app, tree: members(of: app)).get() else { return false }
+        guard let cgroup = try? ownCgroup(of: app, uid: uid, tree: members(of: app, uid: uid)).get() else { return false }
         return (try? cgroup.isFrozen()) == true
     }
 
     /// Resumes every app this daemon suspended (it is stopping).
     func resumeAll() -> [ProcessIdentity] {
-        let apps = Array(suspended.keys) + pendingFreezes.keys.filter { suspended[$0] == nil }
-        for app in apps { resume(app) }
-        return apps
+        let apps = suspended.map { ($0.key, $0.value.uid) } + pendingFreezes.filter { suspended[$0.key] == nil }.map { ($0.key, $0.value.uid) }
+        for (app, uid) in apps { resume(app, uid: uid) }
+        return apps.map(\.0)
     }
 
     // MARK: Freezer
@@ -149,13 +160,19 @@ final class Enforcer {
         var text: String { if case let .reason(text) = self { text } else { "" } }
     }
 
-    /// The app's cgroup if every process in it (and below it) belongs to the app, and every
-    /// process of the app is in it.
-    func ownCgroup(of app: ProcessIdentity, tree: [Pidfd]) -> Result<Cgroup, NotOwn> {
+    /// The app's cgroup if every process in it (and below it) belongs to the app, every
+    /// process of the app is in it, and (for an unprivileged owner) it is delegated to the
+    /// owner: what the owner could freeze itself.
+    func ownCgroup(of app: ProcessIdentity, uid: UInt32, tree: [Pidfd]) -> Result<Cgroup, NotOwn> {
         guard Cgroup.mountPoint != nil, let cgroup = Cgroup.of(pid: app.pid) else {
             return .failure(.reason("no cgroup v2 hierarchy"))
         }
         guard !cgroup.isRoot else { return .failure(.reason("it is in the root cgroup")) }
+        if uid != 0 {
+            guard let owner = try? cgroup.freezeOwner(), owner == uid else {
+                return .failure(.reason("\(cgroup.directory) is not delegated to uid \(uid)"))
+            }
+        }
         guard let members = try? cgroup.processes() else {
             return .failure(.reason("cannot read \(cgroup.directory)/cgroup.procs"))
         }
@@ -170,24 +187,24 @@ final class Enforcer {
         return .success(cgroup)
     }
 
-    func freeze(_ app: ProcessIdentity, command: String, cgroup: Cgroup) {
+    func freeze(_ app: ProcessIdentity, uid: UInt32, command: String, cgroup: Cgroup) {
         do {
             try cgroup.setFrozen(true)
-            suspended[app] = (.freezer(cgroup), command)
+            suspended[app] = (.freezer(cgroup), command, uid)
             if try cgroup.isFrozen() { return }
             // The kernel freezes asynchronously: watch cgroup.events until frozen or the bound.
             let events = try cgroup.openEvents()
             let source = try loop.addIO(events.rawValue, events: IOEvents.priority) { [unowned self] _ in
                 self.confirmFreeze(app)
             }
-            pendingFreezes[app] = PendingFreeze(cgroup: cgroup, command: command,
+            pendingFreezes[app] = PendingFreeze(cgroup: cgroup, command: command, uid: uid,
                                                 deadline: loop.now + Self.freezeBound, events: events, source: source)
             armTimer()
         } catch {
             log(.notice, "App \(app) (\(command)) cannot be frozen: \(error); suspending with SIGSTOP")
             try? cgroup.setFrozen(false)
-            stopTree(app)
-            suspended[app] = (.signals, command)
+            stopTree(app, uid: uid)
+            suspended[app] = (.signals, command, uid)
             armTimer()
         }
     }
@@ -195,8 +212,7 @@ final class Enforcer {
     func confirmFreeze(_ app: ProcessIdentity) {
         guard let pending = pendingFreezes[app] else { return }
         // Reading the watched descriptor acknowledges the change, or kernfs keeps polling ready.
-        lseek(pending.events.rawValue, 0, SEEK_SET)
-        _ = try? pending.events.read(upTo: 4096)
+        _ = try? pending.events.readFromStart(upTo: 4096)
         if (try? pending.cgroup.isFrozen()) == true {
             pendingFreezes[app] = nil
             armTimer()
@@ -205,21 +221,34 @@ final class Enforcer {
 
     // MARK: Signals
 
-    /// The app's processes, each held by a pidfd; empty once its own process is gone.
-    func members(of app: ProcessIdentity) -> [Pidfd] {
+    /// The app's processes, each held by a pidfd; empty once its own process is gone. For an
+    /// unprivileged owner, only those it could signal itself (the others are noted in
+    /// `excluded`, for one log line per action).
+    func members(of app: ProcessIdentity, uid: UInt32) -> [Pidfd] {
         guard let root = root(app) else { return [] }
-        return ProcessTree.members(of: root).filter { $0.pid != ownPID }
+        var left: [Int32] = []
+        let members = ProcessTree.members(of: root, owner: uid == 0 ? nil : uid, excluded: &left)
+        excluded.formUnion(left)
+        return members.filter { $0.pid != ownPID }
+    }
+
+    /// Logs, once per action, the processes of an app's tree that its owner could not signal.
+    func reportExcluded(_ app: ProcessIdentity, command: String, action: String) {
+        guard !excluded.isEmpty else { return }
+        let pids = excluded.sorted().map(String.init).joined(separator: ", ")
+        log(.warning, "App \(app) (\(command)): pid \(pids) not \(action): the app's owner could not signal it, and bgtaskd does not lend it the right")
+        excluded = []
     }
 
     /// Stops every process of the app, pass after pass until no new one appears (a stopped
     /// process cannot fork); returns the pidfds of the processes stopped.
     @discardableResult
-    func stopTree(_ app: ProcessIdentity) -> [Pidfd] {
+    func stopTree(_ app: ProcessIdentity, uid: UInt32) -> [Pidfd] {
         var stopped: [Int32: Pidfd] = [:]
         for _ in 0..<Self.maximumStopPasses {
             var found = false
-            for pidfd in members(of: app) where stopped[pidfd.pid] == nil {
-                try? pidfd.send(signal: SIGSTOP)
+            for pidfd in members(of: app, uid: uid) where stopped[pidfd.pid] == nil {
+                try? pidfd.send(signal: Signal.stop)
                 stopped[pidfd.pid] = pidfd
                 found = true
             }
@@ -228,8 +257,8 @@ final class Enforcer {
         return Array(stopped.values)
     }
 
-    func signalTree(_ app: ProcessIdentity, _ signal: Int32) {
-        for pidfd in members(of: app) { try? pidfd.send(signal: signal) }
+    func signalTree(_ app: ProcessIdentity, uid: UInt32, _ signal: Int32) {
+        for pidfd in members(of: app, uid: uid) { try? pidfd.send(signal: signal) }
     }
 
     func pidfds(in cgroup: Cgroup) -> [Pidfd] {
@@ -247,17 +276,18 @@ final class Enforcer {
             if (try? pending.cgroup.isFrozen()) == true { continue }
             log(.notice, "App \(app) (\(pending.command)): \(pending.cgroup.directory) not frozen within \(Self.freezeBound / 1_000_000)ms; suspending with SIGSTOP")
             try? pending.cgroup.setFrozen(false)
-            stopTree(app)
-            suspended[app] = (.signals, pending.command)
+            stopTree(app, uid: pending.uid)
+            suspended[app] = (.signals, pending.command, pending.uid)
         }
         if let due = nextStopCheck, now >= due {
             for (app, record) in suspended where record.method == .signals {
-                let running = members(of: app).compactMap { try? ProcStat.read(pid: $0.pid) }
+                let running = members(of: app, uid: record.uid).compactMap { try? ProcStat.read(pid: $0.pid) }
                     .filter { !["T", "t", "Z", "X"].contains($0.state) }
                 guard let first = running.first else { continue }
                 log(.warning, "App \(app) (\(record.command)) was resumed while suspended (pid \(first.pid) is '\(first.state)', a stray SIGCONT?); stopping it again")
-                stopTree(app)
+                stopTree(app, uid: record.uid)
             }
+            excluded = []
             nextStopCheck = nil
         }
         armTimer()

@@ -1,11 +1,10 @@
 import BGTaskCore
 import BGTaskSystem
-import Glibc
 
 /// Turns a calling or named process into a `ProcessDescription` the model can use, holding
 /// a pidfd for it. Refuses pid 1, the daemon itself and kernel threads (rule 1).
 struct ProcessResolver {
-    let ownPID = getpid()
+    let ownPID = Host.pid
     /// Ancestor walks stop here; real trees are far shallower.
     static let maximumDepth = 128
 
@@ -38,7 +37,7 @@ struct ProcessResolver {
     }
 
     private func refusal(_ pid: Int32, _ error: Errno) -> BGTaskError {
-        error.code == ESRCH || error.code == ENOENT ? .noSuchApp(pid) : .invalidParameter("pid \(pid): \(error)")
+        error.isNoSuchProcess ? .noSuchApp(pid) : .invalidParameter("pid \(pid): \(error)")
     }
 
     private func describe(_ pidfd: Pidfd, uid: UInt32) throws(BGTaskError) -> Resolved {
@@ -52,18 +51,23 @@ struct ProcessResolver {
             throw .invalidParameter("pid \(pid) is a kernel thread")
         }
         let identity = ProcessIdentity(pid: pid, startTime: stat.startTime)
-        let description = ProcessDescription(identity: identity, uid: uid, command: stat.command,
-                                             ancestors: ancestors(of: stat))
+        // The name is the process's own choice (PR_SET_NAME): escaped once, here, it is safe
+        // in every table, event and log line.
+        let description = ProcessDescription(identity: identity, uid: uid, command: stat.command.cEscaped,
+                                             ancestors: ancestors(of: stat, uid: uid))
         return Resolved(description: description, pidfd: pidfd)
     }
 
-    /// Parent first, up to (not including) pid 1. A parent that started after its child is
-    /// a recycled pid read mid-race; the walk stops there.
-    func ancestors(of stat: ProcStat) -> [ProcessIdentity] {
+    /// Parent first, up to (not including) pid 1, and only while they run as `uid`: a
+    /// process of another uid is never part of an app (DESIGN.md §3), so a child that
+    /// switched user cannot act for its parent's app. A parent that started after its child
+    /// is a recycled pid read mid-race; the walk stops there.
+    func ancestors(of stat: ProcStat, uid: UInt32) -> [ProcessIdentity] {
         var result: [ProcessIdentity] = []
         var current = stat
         while current.parentPID > 1, result.count < Self.maximumDepth,
-              let parent = try? ProcStat.read(pid: current.parentPID), parent.startTime <= current.startTime {
+              let parent = try? ProcStat.read(pid: current.parentPID), parent.startTime <= current.startTime,
+              (try? ProcStatus.effectiveUID(pid: parent.pid)) == uid {
             result.append(ProcessIdentity(pid: parent.pid, startTime: parent.startTime))
             current = parent
         }

@@ -1,6 +1,5 @@
 import BGTaskCore
 import BGTaskSystem
-import Glibc
 import Varlink
 
 /// The daemon's state on disk, so a restart (or a crash) loses no app, task or deadline:
@@ -16,13 +15,20 @@ import Varlink
 final class StateFile {
     static let fileName = "bgtaskd.state"
     static let format = 1
+    /// The longest line read back: a history line names at most MaxTasksPerApp tasks of at
+    /// most 256 bytes each. Longer lines are skipped, never held whole.
+    static let maximumLineBytes = 1 << 20
+    /// The most read back: far beyond any real state (MaxApps apps, their tasks, history).
+    static let maximumBytes = 512 << 20
 
-    let path: String
-    /// The directory, `flock`ed for as long as the daemon runs: two daemons never share a file.
-    private let lock: FileDescriptor
-    private var log: FileDescriptor
+    let directory: StateDirectory
+    var path: String { directory.path + "/" + Self.fileName }
+    private var log = FileDescriptor(-1)
     private var linesSinceRewrite = 0
     private var pending: [UInt8] = []
+    /// How much of `pending` is already in the file: a write cut short (a full disk) goes on
+    /// from there, so the log never holds half a line followed by another line.
+    private var pendingWritten = 0
     /// The next task id written: no id at or past it has been given out.
     private var lastNextTaskID = 0
     static let taskIDBlock = 1024
@@ -35,44 +41,53 @@ final class StateFile {
         var found = false
     }
 
-    /// Locks `directory` (creating it) and reads what is there. Throws if another daemon holds it.
-    init(directory: String) throws(Errno) {
-        try DaemonMain.makeDirectories(directory)
-        path = directory + "/" + Self.fileName
-        lock = FileDescriptor(try systemCall("open(\(directory))") { open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC) })
-        guard flock(lock.rawValue, LOCK_EX | LOCK_NB) == 0 else {
-            throw errno == EWOULDBLOCK ? Errno(EBUSY, "another bgtaskd keeps its state in \(directory)")
-                                       : Errno.current("flock(\(directory))")
-        }
-        log = FileDescriptor(-1)
+    /// The state file in `directory`, which the daemon has locked.
+    init(directory: StateDirectory) {
+        self.directory = directory
     }
 
     // MARK: Reading
 
     func load() -> Loaded {
         var loaded = Loaded()
-        guard let bytes = try? readFile(path, limit: 1 << 30) else { return loaded }
-        loaded.found = true
-        let lines = bytes.split(separator: UInt8(ascii: "\n"))
-        guard let header = lines.first.flatMap({ try? JSON.parse($0) }),
-              header["format"]?.intValue == Int64(Self.format) else {
-            // Kept for whoever wants to look at it; never read again.
-            let aside = path + ".unreadable"
-            rename(path, aside)
-            loaded.problems.append("\(path) is not a bgtaskd state file of format \(Self.format); moved to \(aside), starting afresh")
-            return loaded
-        }
-        guard header["boot"]?.stringValue == Self.bootID else {
-            loaded.problems.append("\(path) was written before the machine rebooted; starting afresh")
-            return loaded
-        }
-        for (index, line) in lines.enumerated().dropFirst() {
-            do {
-                try apply(JSON.parse(line), to: &loaded)
-            } catch {
-                // Only the last line can be cut short (a write interrupted by a crash).
-                loaded.problems.append("\(path) line \(index + 1) ignored: \(error)")
+        var number = 0
+        var header: JSON?
+        var rejected = false
+        do {
+            loaded.found = try directory.readLines(Self.fileName, maximumLineBytes: Self.maximumLineBytes,
+                                                   maximumBytes: Self.maximumBytes) { line in
+                number += 1
+                guard !rejected else { return }
+                switch line {
+                case .tooLong where number == 1:
+                    rejected = true
+                case .tooLong:
+                    loaded.problems.append("\(path) line \(number) ignored: longer than \(Self.maximumLineBytes) bytes")
+                case let .text(bytes) where number == 1:
+                    header = try? JSON.parse(bytes)
+                    rejected = header?["format"]?.intValue != Int64(Self.format)
+                case let .text(bytes):
+                    do {
+                        try apply(JSON.parse(bytes), to: &loaded)
+                    } catch {
+                        // Only the last line can be cut short (a write interrupted by a crash).
+                        loaded.problems.append("\(path) line \(number) ignored: \(error)")
+                    }
+                }
             }
+        } catch {
+            loaded.problems.append("\(path) not read: \(error); starting afresh")
+            return Loaded(problems: loaded.problems, found: true)
+        }
+        guard loaded.found else { return loaded }
+        if rejected || header == nil {
+            // Kept for whoever wants to look at it; never read again.
+            directory.rename(Self.fileName, to: Self.fileName + ".unreadable")
+            return Loaded(problems: ["\(path) is not a bgtaskd state file of format \(Self.format); moved to \(path).unreadable, starting afresh"],
+                          found: true)
+        }
+        guard header?["boot"]?.stringValue == Self.bootID else {
+            return Loaded(problems: ["\(path) was written before the machine rebooted; starting afresh"], found: true)
         }
         return loaded
     }
@@ -88,7 +103,8 @@ final class StateFile {
         switch kind {
         case "app": loaded.state.apply(.app(try Self.app(value)))
         case "terminating":
-            loaded.state.apply(.terminating(try Self.identity(value), killAt: try Self.instant(value["killAt"])))
+            loaded.state.apply(.terminating(try Self.identity(value),
+                                            Termination(killAt: try Self.instant(value["killAt"]), uid: try Self.uid(value["uid"]))))
         case "gone": loaded.state.apply(.gone(try Self.identity(value)))
         case "task": loaded.state.apply(.task(try Self.task(value)))
         case "taskGone": loaded.state.apply(.gone(TaskID(try Self.int(value))))
@@ -105,9 +121,10 @@ final class StateFile {
         for change in changes.processes {
             switch change {
             case let .app(app): append("app", Self.encode(app))
-            case let .terminating(process, killAt):
+            case let .terminating(process, termination):
                 var object = Self.fields(process)
-                object["killAt"] = .int(killAt.nanoseconds)
+                object["killAt"] = .int(termination.killAt.nanoseconds)
+                object["uid"] = .int(Int64(termination.uid))
                 append("terminating", .object(object))
             case let .gone(process): append("gone", .object(Self.fields(process)))
             }
@@ -180,35 +197,44 @@ final class StateFile {
         linesSinceRewrite += 1
     }
 
-    /// Writes what was recorded, in one `write`. True if the log should now be rewritten.
+    /// Writes what was recorded, in one `write` (or, after a short write, from where it
+    /// stopped). True if the log should now be rewritten. On failure nothing recorded is
+    /// lost: the next call writes it.
     func flush(liveRecords: Int) throws(Errno) -> Bool {
         guard !pending.isEmpty else { return false }
-        defer { pending.removeAll(keepingCapacity: pending.count < 1 << 20) }
-        try log.writeAll(pending)
+        while pendingWritten < pending.count {
+            pendingWritten += try log.write(pending[pendingWritten...])
+        }
+        pending.removeAll(keepingCapacity: pending.count < 1 << 20)
+        pendingWritten = 0
         return linesSinceRewrite > max(4096, 4 * liveRecords)
     }
 
-    /// Replaces the file with the whole state, then appends to the new one.
+    /// Replaces the file with the whole state, then appends to the new one. If that fails
+    /// (no room for the copy), the old log and what is still to be appended to it stay.
     func rewrite(_ state: SavedState, history: [HistoryEntry]) throws(Errno) {
-        pending.removeAll()
-        linesSinceRewrite = 0
+        let unwritten = pending
+        let unwrittenLines = linesSinceRewrite
+        pending = []
         JSON.object(["format": .int(Int64(Self.format)), "boot": .string(Self.bootID)]).write(to: &pending)
         pending.append(UInt8(ascii: "\n"))
         for entry in history { record(entry) }
         // The whole state is every record changed at once.
-        record((state.apps.values.map { .app($0) } + state.terminating.map { .terminating($0, killAt: $1) },
+        record((state.apps.values.map { .app($0) } + state.terminating.map { .terminating($0, $1) },
                 state.tasks.values.map { .task($0) }), nextTaskID: 0)
         lastNextTaskID = max(lastNextTaskID, state.nextTaskID)
         append("nextTaskId", .int(Int64(lastNextTaskID)))
-        let temporary = path + ".new"
-        let file = FileDescriptor(try systemCall("open(\(temporary))") {
-            open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0o600)
-        })
-        try file.writeAll(pending)
+        let whole = pending
+        do {
+            log = try directory.replace(Self.fileName, with: whole)
+        } catch {
+            pending = unwritten
+            linesSinceRewrite = unwrittenLines
+            throw error
+        }
         pending.removeAll()
+        pendingWritten = 0
         linesSinceRewrite = 0
-        try systemCall("rename(\(temporary), \(path))") { rename(temporary, path) }
-        log = file
     }
 
     // MARK: Encoding
@@ -269,6 +295,14 @@ final class StateFile {
         return text
     }
 
+    /// A command name as the daemon writes them: at most 64 bytes, escaped (no control
+    /// characters). Anything else is escaped again rather than printed raw.
+    static func command(_ value: JSON?) throws -> String {
+        let text = try string(value)
+        guard text.utf8.count <= 64 else { throw Malformed(description: "command name too long") }
+        return (try? TaskName.validate(text)) ?? text.cEscaped
+    }
+
     static func instant(_ value: JSON?) throws -> Instant { Instant(nanoseconds: try int(value)) }
 
     static func optionalInstant(_ value: JSON?) throws -> Instant? {
@@ -294,7 +328,7 @@ final class StateFile {
     }
 
     static func app(_ value: JSON) throws -> SavedApp {
-        SavedApp(identity: try identity(value), uid: try uid(value["uid"]), command: try string(value["command"]),
+        SavedApp(identity: try identity(value), uid: try uid(value["uid"]), command: try command(value["command"]),
                  state: try Self.value(AppState.self, value["state"]),
                  phase: value["phase"] == nil ? nil : try Self.value(BackgroundPhase.self, value["phase"]),
                  deadline: try optionalInstant(value["deadline"]),
@@ -305,8 +339,10 @@ final class StateFile {
     static func task(_ value: JSON) throws -> SavedTask {
         let id = try int(value["id"])
         guard id > 0 else { throw Malformed(description: "task id \(id) out of range") }
+        // Names are checked as when they were received: the file is trusted no further.
+        let name = try TaskName.validate(try string(value["name"]))
         return SavedTask(id: TaskID(id), app: try identity(value["app"]), owner: try identity(value["owner"]),
-                         name: try string(value["name"]), expirationHandler: value["expirationHandler"]?.boolValue ?? false,
+                         name: name, expirationHandler: value["expirationHandler"]?.boolValue ?? false,
                          connectionBound: value["connectionBound"]?.boolValue ?? false,
                          created: try instant(value["created"]), state: try Self.value(TaskState.self, value["state"]),
                          grantAt: try instant(value["grantAt"]), ageWarned: value["ageWarned"]?.boolValue ?? false)
@@ -315,7 +351,7 @@ final class StateFile {
     static func historyEntry(_ value: JSON) throws -> HistoryEntry {
         HistoryEntry(realtimeNanoseconds: try int(value["time"]),
                      record: AppActionRecord(app: try identity(value), uid: try uid(value["uid"]),
-                                             command: try string(value["command"]),
+                                             command: try command(value["command"]),
                                              action: try Self.value(AppAction.self, value["action"]),
                                              reason: try Self.value(ActionReason.self, value["reason"]),
                                              taskNames: (value["tasks"]?.arrayValue ?? []).compactMap(\.stringValue)))

@@ -1,5 +1,5 @@
 import BGTaskCore
-import Glibc
+import BGTaskSystem
 import Varlink
 
 /// How model values look on the wire (io.bgtaskd.varlink). Times are seconds as floats.
@@ -59,25 +59,11 @@ enum Wire {
     static func historyEntry(_ entry: HistoryEntry) -> JSON {
         let record = entry.record
         return .object([
-            "time": .string(rfc3339(entry.realtimeNanoseconds)), "pid": .int(Int64(record.app.pid)),
+            "time": .string(Host.rfc3339(entry.realtimeNanoseconds)), "pid": .int(Int64(record.app.pid)),
             "uid": .int(Int64(record.uid)), "command": .string(record.command),
             "action": .string(record.action.rawValue), "reason": .string(record.reason.rawValue),
             "tasks": .array(record.taskNames.map { .string($0) }),
         ])
-    }
-
-    /// `2026-11-29T13:45:01.123Z`
-    static func rfc3339(_ nanoseconds: Int64) -> String {
-        var seconds = time_t(nanoseconds / 1_000_000_000)
-        var parts = tm()
-        gmtime_r(&seconds, &parts)
-        func pad(_ value: Int32, _ width: Int) -> String {
-            let text = String(value)
-            return String(repeating: "0", count: max(0, width - text.count)) + text
-        }
-        let millis = Int32((nanoseconds % 1_000_000_000) / 1_000_000)
-        return "\(pad(parts.tm_year + 1900, 4))-\(pad(parts.tm_mon + 1, 2))-\(pad(parts.tm_mday, 2))T"
-            + "\(pad(parts.tm_hour, 2)):\(pad(parts.tm_min, 2)):\(pad(parts.tm_sec, 2)).\(pad(millis, 3))Z"
     }
 }
 
@@ -138,6 +124,7 @@ extension BGTaskError {
         case let .limitExceeded(limit): VarlinkError(varlinkName, parameters: ["limit": .string(limit)])
         case let .noSuchApp(pid): VarlinkError(varlinkName, parameters: ["pid": .int(Int64(pid))])
         case let .invalidParameter(what): VarlinkError(varlinkName, parameters: ["parameter": .string(what)])
+        case let .stateNotWritable(path): VarlinkError(varlinkName, parameters: ["path": .string(path)])
         }
     }
 }

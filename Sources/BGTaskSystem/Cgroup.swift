@@ -87,6 +87,15 @@ public struct Cgroup: Equatable, Sendable {
         return text.split(separator: "\n").contains("frozen 1")
     }
 
+    /// The uid that owns `cgroup.freeze`: the user this cgroup is delegated to (root for
+    /// cgroups nobody delegated). `fstatat(2)`
+    public func freezeOwner() throws(Errno) -> UInt32 {
+        var st = stat()
+        let path = directory + "/cgroup.freeze"
+        try systemCall("stat(\(path))") { stat(path, &st) }
+        return st.st_uid
+    }
+
     /// Kills every process in the subtree with `SIGKILL`, atomically. `cgroup.kill`
     public func kill() throws(Errno) {
         try write("1", to: "cgroup.kill")

@@ -121,6 +121,8 @@ public enum IOEvents {
     public static let writable = UInt32(EPOLLOUT.rawValue)
     public static let error = UInt32(EPOLLERR.rawValue)
     public static let hangup = UInt32(EPOLLHUP.rawValue)
+    /// The peer shut down its side (`EPOLLRDHUP`): seen even while not reading.
+    public static let peerHangup = UInt32(EPOLLRDHUP.rawValue)
     /// Out-of-band: kernfs files such as `cgroup.events` report changes this way.
     public static let priority = UInt32(EPOLLPRI.rawValue)
 }

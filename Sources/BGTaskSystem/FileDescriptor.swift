@@ -57,7 +57,7 @@ public final class FileDescriptor: @unchecked Sendable {
     }
 
     /// Writes what a non-blocking descriptor takes now: `nil` when it takes nothing (`EAGAIN`).
-    public func writeAvailable(_ bytes: [UInt8]) throws(Errno) -> Int? {
+    public func writeAvailable<Bytes: Collection<UInt8>>(_ bytes: Bytes) throws(Errno) -> Int? {
         do {
             return try write(bytes)
         } catch {
@@ -72,6 +72,15 @@ public final class FileDescriptor: @unchecked Sendable {
         while !rest.isEmpty {
             let n = try write(rest)
             rest = rest.dropFirst(n)
+        }
+    }
+
+    /// Reads up to `count` bytes from the start of the file (kernfs files such as
+    /// `cgroup.events` must be re-read from the start to acknowledge a change). `pread(2)`
+    public func readFromStart(upTo count: Int) throws(Errno) -> [UInt8] {
+        let fd = rawValue
+        return try [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized throws(Errno) in
+            initialized = try systemCall("pread") { pread(fd, buffer.baseAddress, count, 0) }
         }
     }
 

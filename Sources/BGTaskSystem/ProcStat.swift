@@ -37,15 +37,38 @@ public struct ProcStat: Equatable, Sendable {
     }
 }
 
+/// A process's uids, from the `Uid:` line of `/proc/PID/status`.
+public struct ProcessUIDs: Equatable, Sendable {
+    public var real: UInt32
+    public var effective: UInt32
+    public var saved: UInt32
+
+    public init(real: UInt32, effective: UInt32, saved: UInt32) {
+        self.real = real
+        self.effective = effective
+        self.saved = saved
+    }
+
+    /// Whether a process running as `uid` may signal this one: `kill(2)`'s rule for an
+    /// unprivileged sender (its real or effective uid is this one's real or saved uid).
+    /// Root may signal anything.
+    public func signallable(by uid: UInt32) -> Bool {
+        uid == 0 || real == uid || saved == uid
+    }
+}
+
 /// `/proc/PID/status` lines the daemon uses.
 public enum ProcStatus {
-    /// The effective uid of `pid`.
-    public static func effectiveUID(pid: Int32) throws(Errno) -> UInt32 {
+    /// The real, effective and saved uids of `pid`.
+    public static func uids(pid: Int32) throws(Errno) -> ProcessUIDs {
         let text = String(decoding: try readFile("/proc/\(pid)/status"), as: UTF8.self)
         for line in text.split(separator: "\n") where line.hasPrefix("Uid:") {
-            let ids = line.dropFirst(4).split(whereSeparator: { $0 == "\t" || $0 == " " })
-            if ids.count >= 2, let uid = UInt32(ids[1]) { return uid }
+            let ids = line.dropFirst(4).split(whereSeparator: { $0 == "\t" || $0 == " " }).compactMap { UInt32($0) }
+            if ids.count >= 3 { return ProcessUIDs(real: ids[0], effective: ids[1], saved: ids[2]) }
         }
         throw Errno(EINVAL, "parse /proc/\(pid)/status")
     }
+
+    /// The effective uid of `pid`.
+    public static func effectiveUID(pid: Int32) throws(Errno) -> UInt32 { try uids(pid: pid).effective }
 }

@@ -10,8 +10,22 @@ public enum ProcessTree {
     ///
     /// Children come from `/proc/PID/task/TID/children` (cost proportional to the tree), or,
     /// where the kernel lacks those files, from one scan of every `/proc/*/stat`.
-    public static func members(of root: Pidfd) -> [Pidfd] {
+    ///
+    /// With `owner`, only processes that uid may signal itself (`kill(2)`'s rule) are members,
+    /// and nothing below a process that is not: a setuid program that became root, or a child
+    /// that switched to another user, is never part of the app (DESIGN.md §3). Those left out
+    /// are listed in `excluded`.
+    public static func members(of root: Pidfd, owner: UInt32? = nil) -> [Pidfd] {
+        var excluded: [Int32] = []
+        return members(of: root, owner: owner, excluded: &excluded)
+    }
+
+    public static func members(of root: Pidfd, owner: UInt32?, excluded: inout [Int32]) -> [Pidfd] {
         guard !root.hasExited else { return [] }
+        if let owner, !belongs(root.pid, to: owner) {
+            excluded.append(root.pid)
+            return []
+        }
         let scan: [Int32: [Int32]]? = supportsChildrenFiles ? nil : scanParents()
         var result = [root]
         var index = 0
@@ -21,11 +35,20 @@ public enum ProcessTree {
                 guard let pidfd = try? Pidfd.open(pid: child),
                       let stat = try? ProcStat.read(pid: child), stat.parentPID == parent.pid,
                       !parent.hasExited, !pidfd.hasExited else { continue }
+                if let owner, !belongs(child, to: owner) {
+                    excluded.append(child)
+                    continue
+                }
                 result.append(pidfd)
             }
             index += 1
         }
         return result
+    }
+
+    /// Whether `owner` could signal `pid` itself (unknown uids count as no).
+    static func belongs(_ pid: Int32, to owner: UInt32) -> Bool {
+        (try? ProcStatus.uids(pid: pid))?.signallable(by: owner) ?? false
     }
 
     /// Whether `/proc/PID/task/TID/children` exists (`CONFIG_PROC_CHILDREN`).

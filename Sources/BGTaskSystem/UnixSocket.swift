@@ -41,9 +41,13 @@ public enum UnixSocket {
             socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         })
         let raw = fd.rawValue
+        // The mode comes from the umask at bind: a chmod by path afterwards could be swapped
+        // to another file in between.
+        let previous = umask(0o111)
         let bound = try withAddress(path) { address, length in bind(raw, address, length) }
-        if bound < 0 { throw Errno.current("bind(\(path))") }
-        try systemCall("chmod(\(path))") { chmod(path, 0o666) }
+        let bindError = errno
+        umask(previous)
+        if bound < 0 { throw Errno(bindError, "bind(\(path))") }
         try systemCall("listen(\(path))") { Glibc.listen(raw, backlog) }
         return fd
     }

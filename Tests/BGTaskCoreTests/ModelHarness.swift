@@ -77,7 +77,7 @@ extension [Effect] {
     }
 
     var lifecycle: [LifecycleEvent] {
-        compactMap { if case let .lifecycle(_, event) = $0 { event } else { nil } }
+        compactMap { if case let .lifecycle(_, _, event) = $0 { event } else { nil } }
     }
 
     /// Final states of tasks that left the active states, with reasons.

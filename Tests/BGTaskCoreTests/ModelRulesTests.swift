@@ -335,7 +335,7 @@ import Testing
         h.at(1.999)
         #expect(h.take().isEmpty)
         h.at(2)
-        #expect(h.take() == [.kill(app), .unwatch(app)])
+        #expect(h.take() == [.kill(app, uid: 1000), .unwatch(app)])
 
         // The app's own process exiting early does not cancel the SIGKILL for what it left behind.
         let quick = try h.app(pid: 101)
@@ -343,7 +343,7 @@ import Testing
         h.model.processExited(quick, at: h.now, effects: &h.effects)
         _ = h.take()
         h.at(4)
-        #expect(h.take() == [.kill(quick), .unwatch(quick)])
+        #expect(h.take() == [.kill(quick, uid: 1000), .unwatch(quick)])
         h.at(10)
         #expect(h.take().isEmpty)
     }

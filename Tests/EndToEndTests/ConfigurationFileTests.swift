@@ -54,6 +54,7 @@ import Varlink
         ("Background", "TaskAgeWarningSec", "1e3"), ("Enforcement", "SuspendMode", "sometimes"),
         ("Enforcement", "TerminateSignal", "SIGSTOP"), ("Enforcement", "TerminateGraceSec", "later"),
         ("Limits", "MaxApps", "0"), ("Limits", "MaxTasksPerApp", "many"), ("Limits", "MaxConnectionsPerUser", "-5"),
+        ("Limits", "MaxAppsPerUser", "all"), ("Limits", "MaxTasksPerUser", "0"),
         ("Limits", "MaxMessageBytes", "1T"), ("Access", "ManagerGroup", "wheel;rm -rf"),
     ]
 

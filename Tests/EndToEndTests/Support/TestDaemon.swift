@@ -58,12 +58,14 @@ final class TestDaemon {
         guard !handedOver else { return }
         try? process.signal(SIGTERM)
         _ = try? process.wait(timeout: 5)
-        for file in [socketPath, logPath, statePath, statePath + ".new"] { unlink(file) }
+        for file in [socketPath, logPath, statePath, statePath + ".new", stateDirectory + "/bgtaskd.lock"] { unlink(file) }
+        rmdir(stateDirectory)
         rmdir(directory)
     }
 
-    /// Where the daemon keeps its state (the socket's directory).
-    var statePath: String { directory + "/bgtaskd.state" }
+    /// Where the daemon keeps its state: `state/` in the socket's directory.
+    var stateDirectory: String { directory + "/state" }
+    var statePath: String { stateDirectory + "/bgtaskd.state" }
 
     /// Kills the daemon with `SIGKILL`: it cleans nothing up.
     func crash() throws {

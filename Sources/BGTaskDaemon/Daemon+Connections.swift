@@ -1,0 +1,162 @@
+import BGTaskCore
+import BGTaskSystem
+import Varlink
+
+/// Clients: accepting them, reading their calls in order, answering, closing.
+extension Daemon {
+    func acceptConnections() {
+        while true {
+            let socket: FileDescriptor
+            do {
+                guard let accepted = try UnixSocket.accept(listener) else { return }
+                socket = accepted
+            } catch {
+                log(.warning, "accept failed: \(error)")
+                return
+            }
+            guard let credentials = try? UnixSocket.peerCredentials(socket) else { continue }
+            let open = connectionsPerUID[credentials.uid, default: 0]
+            guard open < model.configuration.maxConnectionsPerUser else {
+                let error = BGTaskError.limitExceeded("MaxConnectionsPerUser=\(model.configuration.maxConnectionsPerUser) reached")
+                _ = try? socket.write(VarlinkReply(error: error.varlink).json.varlinkFrame)
+                continue
+            }
+            let pidfd = UnixSocket.peerPidfd(socket).flatMap { try? Pidfd.adopt($0) }
+            let id = ConnectionID(nextConnectionID)
+            nextConnectionID += 1
+            let connection = Connection(id: id, socket: socket, credentials: credentials, peerPidfd: pidfd,
+                                        maximumMessageBytes: model.configuration.maxMessageBytes)
+            do {
+                connection.source = try loop.addIO(socket.rawValue, events: IOEvents.readable) {
+                    [unowned self, unowned connection] events in
+                    self.pass { _ in self.handleIO(connection, events: events) }
+                }
+            } catch {
+                log(.warning, "cannot watch a new connection: \(error)")
+                continue
+            }
+            connections[id] = connection
+            connectionsPerUID[credentials.uid, default: 0] += 1
+            connection.updateEvents()
+        }
+    }
+
+    func handleIO(_ connection: Connection, events: UInt32) {
+        serviceIO(connection, events: events)
+        connection.updateEvents()
+    }
+
+    private func serviceIO(_ connection: Connection, events: UInt32) {
+        if events & IOEvents.writable != 0 {
+            guard connection.flush(), connection.continueListing() else { return close(connection) }
+        }
+        let gone = IOEvents.hangup | IOEvents.error | IOEvents.peerHangup
+        if connection.wantsInput, events & (IOEvents.readable | gone) != 0 {
+            do {
+                if let bytes = try connection.socket.readAvailable(upTo: Connection.readSize) {
+                    if bytes.isEmpty { return close(connection) }
+                    connection.framer.append(bytes)
+                }
+            } catch {
+                return close(connection)
+            }
+        } else if events & gone != 0 {
+            // Not reading (a stream, a listing, unread replies), and the peer is gone.
+            return close(connection)
+        }
+        processInput(connection)
+    }
+
+    /// Handles complete calls in order while the connection takes them.
+    func processInput(_ connection: Connection) {
+        while connection.wantsInput {
+            let message: ArraySlice<UInt8>
+            do {
+                guard let next = try connection.framer.next() else { return }
+                message = next
+            } catch {
+                log(.notice, "Closing \(connection.id) (uid \(connection.credentials.uid)): message over MaxMessageBytes=\(error.limit)")
+                return close(connection)
+            }
+            let call: VarlinkCall
+            do {
+                call = try VarlinkCall(message: JSON.parse(message))
+            } catch {
+                // Not a Varlink call: the stream cannot be trusted past this point.
+                log(.notice, "Closing \(connection.id) (uid \(connection.credentials.uid)): \(error)")
+                return close(connection)
+            }
+            handle(call, on: connection, at: now)
+        }
+    }
+
+    func handle(_ call: VarlinkCall, on connection: Connection, at now: Instant) {
+        var effects: [Effect] = []
+        let answer: Answer
+        do throws(VarlinkError) {
+            if call.upgrade { throw VarlinkError.methodNotImplemented(call.method) }
+            answer = try dispatch(call, on: connection, at: now, effects: &effects)
+        } catch {
+            answer = .reply(VarlinkReply(error: error))
+        }
+        carryOut(effects)
+        callPidfds.removeAll()
+        switch answer {
+        case let .reply(reply):
+            if !call.oneway || reply.continues, !connection.send(reply) { drop(connection) }
+        case let .listing(listing):
+            guard !call.oneway else { return }
+            connection.listing = listing
+            if !connection.continueListing() { drop(connection) }
+        }
+    }
+
+    func close(_ connection: Connection) {
+        guard !connection.isClosed else { return }
+        connection.close()
+        connections[connection.id] = nil
+        connectionsPerUID[connection.credentials.uid, default: 1] -= 1
+        if connectionsPerUID[connection.credentials.uid] == 0 { connectionsPerUID[connection.credentials.uid] = nil }
+        var effects: [Effect] = []
+        switch connection.stream {
+        case let .subscription(app)?:
+            subscribers[app]?.removeAll { $0 == connection.id }
+            if subscribers[app]?.isEmpty == true { subscribers[app] = nil }
+            model.unsubscribe(app, at: now, effects: &effects)
+        case let .task(id)?:
+            taskStreams[id] = nil
+        case .monitor?:
+            monitors.removeAll { $0 == connection.id }
+        case nil:
+            break
+        }
+        model.connectionClosed(connection.id, at: now, effects: &effects)
+        carryOut(effects)
+    }
+
+    /// Ends a connection's stream and lets its queued calls through.
+    func endStream(of connection: Connection) {
+        connection.stream = nil
+        processInput(connection)
+        connection.updateEvents()
+    }
+
+    func send(_ reply: VarlinkReply, to connection: Connection) {
+        if !connection.send(reply) { drop(connection) }
+        connection.updateEvents()
+    }
+
+    /// Closes a connection whose peer is gone or stopped reading, saying which.
+    func drop(_ connection: Connection) {
+        if connection.pendingOutputBytes > Connection.maximumPendingOutput {
+            log(.notice, "Dropping \(connection.id) (uid \(connection.credentials.uid)): over \(Connection.maximumPendingOutput >> 20) MiB of unread replies")
+        }
+        close(connection)
+    }
+}
+
+/// What a call is answered with: a reply, or a listing sent in slices.
+enum Answer {
+    case reply(VarlinkReply)
+    case listing(ListingReply)
+}

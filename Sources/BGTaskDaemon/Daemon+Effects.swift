@@ -1,0 +1,112 @@
+import BGTaskCore
+import BGTaskSystem
+import Varlink
+
+/// Carrying out what the model decided: events to subscribers, streams and monitors;
+/// suspensions, resumptions and terminations; process watches; log records.
+extension Daemon {
+    /// Carries out the model's effects in order, then feeds it any exits found meanwhile.
+    /// What changed is written to the state file first: on disk is never behind what was
+    /// done to a process. A suspension that cannot be recorded waits until it can: a crash
+    /// would otherwise leave the app stopped with no record of it.
+    func carryOut(_ effects: [Effect]) {
+        writeState()
+        defer { writeState() }
+        for effect in effects {
+            switch effect {
+            case let .lifecycle(app, uid, event):
+                let parameters = Wire.event(event)
+                for id in subscribers[app] ?? [] {
+                    if let connection = connections[id] { send(VarlinkReply(parameters: parameters, continues: true), to: connection) }
+                }
+                if !monitors.isEmpty {
+                    var monitored = parameters
+                    monitored["pid"] = .int(Int64(app.pid))
+                    broadcast(monitored, uid: uid)
+                }
+            case let .taskChanged(task):
+                if task.state != .pending, let id = taskStreams[task.id], let connection = connections[id] {
+                    let ended = !task.state.isActive
+                    if ended { taskStreams[task.id] = nil }
+                    send(VarlinkReply(parameters: Wire.taskState(task), continues: !ended), to: connection)
+                    if ended, !connection.isClosed { endStream(of: connection) }
+                }
+                if !monitors.isEmpty {
+                    broadcast(["event": .string("taskChanged"), "task": Wire.task(task)], uid: task.uid)
+                }
+            case let .act(record, signal):
+                if record.action == .suspended, !stateWritable {
+                    deferredSuspensions.insert(record.app)
+                    log(.warning, "App \(record.app) (\(record.command)) not suspended yet: \(stateFile.path) cannot be written, and a suspension must be recorded first")
+                } else {
+                    enforce(record, signal: signal)
+                }
+                let entry = HistoryEntry(realtimeNanoseconds: Clock.realtimeNanoseconds(), record: record)
+                history.append(entry)
+                stateFile.record(entry)
+                broadcast(["event": .string(record.action.rawValue), "entry": Wire.historyEntry(entry)], uid: record.uid)
+            case let .kill(process, uid):
+                enforcer.kill(process, uid: uid)
+            case let .watch(process):
+                watch(process)
+            case let .unwatch(process):
+                watches[process] = nil
+            case let .log(entry):
+                log(entry)
+            }
+        }
+        while !exitedProcesses.isEmpty {
+            let process = exitedProcesses.removeFirst()
+            var more: [Effect] = []
+            model.processExited(process, at: now, effects: &more)
+            carryOut(more)
+        }
+    }
+
+    /// Sends a monitor event to every monitor allowed to see an app of `uid`. Every event
+    /// names its owner: there is no event for everyone.
+    func broadcast(_ parameters: [String: JSON], uid: UInt32) {
+        guard !monitors.isEmpty else { return }
+        for id in monitors {
+            guard let connection = connections[id], mayManage(connection, appUID: uid) else { continue }
+            send(VarlinkReply(parameters: parameters, continues: true), to: connection)
+        }
+    }
+
+    /// Starts watching `process` through the pidfd resolved for this call (every watch starts
+    /// with a call about that process). Never by opening its pid again: a pid can be recycled
+    /// within one start-time tick. A process already gone is reported as exited.
+    func watch(_ process: ProcessIdentity) {
+        guard watches[process] == nil else { return }
+        guard let pidfd = callPidfds[process], !pidfd.hasExited,
+              let source = try? loop.addIO(pidfd.descriptor.rawValue, events: IOEvents.readable, { [unowned self] _ in
+                  self.pass { _ in self.processExited(process) }
+              }) else {
+            exitedProcesses.append(process)
+            return
+        }
+        watches[process] = (pidfd, source)
+    }
+
+    func processExited(_ process: ProcessIdentity) {
+        watches[process] = nil
+        enforcer.forget(process)
+        deferredSuspensions.remove(process)
+        var effects: [Effect] = []
+        model.processExited(process, at: now, effects: &effects)
+        carryOut(effects)
+    }
+
+    /// Suspends, resumes or terminates the whole app (rule 10).
+    func enforce(_ record: AppActionRecord, signal: TerminateSignal?) {
+        deferredSuspensions.remove(record.app)
+        switch record.action {
+        case .suspended:
+            enforcer.suspend(record.app, uid: record.uid, command: record.command, mode: model.configuration.suspendMode)
+        case .resumed:
+            enforcer.resume(record.app, uid: record.uid)
+        case .terminated:
+            enforcer.terminate(record.app, uid: record.uid, command: record.command, signal: signal?.number ?? Signal.kill)
+        }
+    }
+}

@@ -1,0 +1,78 @@
+import Glibc
+
+/// Signal numbers the daemon sends or handles, so callers need not import the C library.
+public enum Signal {
+    public static let hangup = SIGHUP
+    public static let interrupt = SIGINT
+    public static let kill = SIGKILL
+    public static let terminate = SIGTERM
+    public static let stop = SIGSTOP
+    public static let `continue` = SIGCONT
+
+    /// Stops `SIGPIPE` from killing the process: a write to a closed peer fails with `EPIPE`.
+    public static func ignoreBrokenPipe() { signal(SIGPIPE, SIG_IGN) }
+}
+
+/// Facts about this process: its pid, uid, environment, limits, standard error.
+public enum Host {
+    /// This process's pid. `getpid(2)`
+    public static let pid: Int32 = getpid()
+
+    /// This process's effective uid. `geteuid(2)`
+    public static var effectiveUID: UInt32 { geteuid() }
+
+    /// The environment variable `name`, if set. `getenv(3)`
+    public static func environment(_ name: String) -> String? {
+        getenv(name).map { String(cString: $0) }
+    }
+
+    /// Raises the soft limit on open descriptors to the hard limit. `setrlimit(2)`
+    public static func raiseDescriptorLimit() {
+        var limit = rlimit()
+        let resource = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
+        guard getrlimit(resource, &limit) == 0, limit.rlim_cur < limit.rlim_max else { return }
+        limit.rlim_cur = limit.rlim_max
+        _ = setrlimit(resource, &limit)
+    }
+
+    /// Writes `text` and a newline to standard error, unbuffered.
+    public static func printError(_ text: String) {
+        let bytes = Array((text + "\n").utf8)
+        _ = bytes.withUnsafeBytes { write(2, $0.baseAddress, $0.count) }
+    }
+
+    /// The gid of group `name` (a number is taken as it is); `nil` if there is no such group.
+    /// `getgrnam(3)`
+    public static func groupID(named name: String) -> UInt32? {
+        if let number = UInt32(name) { return number }
+        return getgrnam(name).map { $0.pointee.gr_gid }
+    }
+
+    /// Formats nanoseconds since the epoch as RFC 3339 UTC: `2026-11-29T13:45:01.123Z`. `gmtime_r(3)`
+    public static func rfc3339(_ nanoseconds: Int64) -> String {
+        var seconds = time_t(nanoseconds / 1_000_000_000)
+        var parts = tm()
+        gmtime_r(&seconds, &parts)
+        func pad(_ value: Int32, _ width: Int) -> String {
+            let text = String(value)
+            return String(repeating: "0", count: max(0, width - text.count)) + text
+        }
+        let millis = Int32((nanoseconds % 1_000_000_000) / 1_000_000)
+        return "\(pad(parts.tm_year + 1900, 4))-\(pad(parts.tm_mon + 1, 2))-\(pad(parts.tm_mday, 2))T"
+            + "\(pad(parts.tm_hour, 2)):\(pad(parts.tm_min, 2)):\(pad(parts.tm_sec, 2)).\(pad(millis, 3))Z"
+    }
+}
+
+extension Errno {
+    /// `ENOENT`: no such file.
+    public var isNotFound: Bool { code == ENOENT }
+    /// `ESRCH` (or `ENOENT` from `/proc`): the process is gone.
+    public var isNoSuchProcess: Bool { code == ESRCH || code == ENOENT }
+    /// `EAGAIN`: a non-blocking call would block.
+    public var wouldBlock: Bool { code == EAGAIN || code == EWOULDBLOCK }
+    /// An `EADDRINUSE` error for `operation`.
+    public static func addressInUse(_ operation: String) -> Errno { Errno(EADDRINUSE, operation) }
+
+    /// `ENOSPC` or `EDQUOT`: the file system is full.
+    public var isNoSpace: Bool { code == ENOSPC || code == EDQUOT }
+}
