@@ -15,7 +15,7 @@ extension Daemon {
         var effects: [Effect] = []
         model.restore(loaded.state, at: now, effects: &effects)
         _ = model.takeChanges()
-        rewriteState()
+        writeState()
         for case let .watch(process) in effects {
             guard let pidfd = try? Pidfd.open(pid: process.pid), pidfd.startTime == process.startTime else { continue }
             guard let saved = model.owner(of: process),
@@ -50,7 +50,13 @@ extension Daemon {
         stateFile.record(model.takeChanges(), nextTaskID: model.nextTaskIdentifier)
         do {
             let live = model.appCount + model.taskCount + history.count
-            if try stateFile.flush(liveRecords: live), loop.now >= nextRewriteAttempt { rewriteState() }
+            if !stateFile.isOpen {
+                // This daemon's first file (the whole state): until it exists there is
+                // nothing to append to.
+                try stateFile.rewrite(model.savedState(), history: history.entries)
+            } else if try stateFile.flush(liveRecords: live), loop.now >= nextRewriteAttempt {
+                rewriteState()
+            }
             if !stateWritable { stateWriteRecovered() }
         } catch {
             stateWriteFailed(error)

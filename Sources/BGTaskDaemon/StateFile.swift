@@ -116,6 +116,9 @@ final class StateFile {
 
     // MARK: Writing
 
+    /// Whether the log is open: false until this daemon's first rewrite succeeds.
+    var isOpen: Bool { log.rawValue >= 0 }
+
     /// Notes the model's changes (and new history entries); `flush()` writes them.
     func record(_ changes: (processes: [SavedProcessChange], tasks: [SavedTaskChange]), nextTaskID: TaskID) {
         for change in changes.processes {

@@ -127,7 +127,7 @@ import Varlink
     @Test func aClientThatNeverReadsIsNotReadEither() throws {
         let daemon = try TestDaemon()
         let baseline = try Baseline(daemon)
-        let rssBefore = try Self.residentKiB(daemon.process.pid)
+        let rssBefore = try residentKiB(daemon.process.pid)
         let greedy = try UnixSocket.connect(path: daemon.socketPath)
         let call = VarlinkCall(method: "org.varlink.service.GetInterfaceDescription",
                                parameters: ["interface": "io.bgtaskd.Manager"]).json.varlinkFrame
@@ -143,18 +143,9 @@ import Varlink
         }
         #expect(sent < 64 << 20, "the daemon kept reading a client that never reads")
         #expect(try baseline.call("GetStatus")["version"] != nil)
-        #expect(try Self.residentKiB(daemon.process.pid) < rssBefore + 8 * 1024)
+        #expect(try residentKiB(daemon.process.pid) < rssBefore + 8 * 1024)
         greedy.close()
         try baseline.check(daemon)
-    }
-
-    static func residentKiB(_ pid: Int32) throws -> Int {
-        let status = String(decoding: try readFile("/proc/\(pid)/status"), as: UTF8.self)
-        guard let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
-              let kib = Int(line.split(separator: " ", omittingEmptySubsequences: true)[1]) else {
-            throw TestFailure("no VmRSS for pid \(pid)")
-        }
-        return kib
     }
 
     @Test func hostileNamesAreRefusedAndTheLimitsHold() throws {

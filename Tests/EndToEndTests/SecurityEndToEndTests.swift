@@ -1,0 +1,296 @@
+import BGTaskClient
+import BGTaskSystem
+import Glibc
+import Testing
+import TestSupport
+import Varlink
+
+/// What an unprivileged local user (uid 65534) can make the daemon, run by root, do: each
+/// attack of the security review, tried for real through `setpriv`.
+@Suite(.serialized, .enabled(if: getuid() == 0, "needs root to run the daemon and setpriv to uid 65534"))
+struct SecurityEndToEndTests {
+    /// 1: bytes with no NUL after opening a stream are not read, let alone buffered.
+    @Test func aStreamFollowedByEndlessBytesIsNotBuffered() throws {
+        let daemon = try TestDaemon()
+        let rssBefore = try residentKiB(daemon.process.pid)
+        let intruder = try Intruder(daemon)
+        #expect(try intruder.call("io.bgtaskd.Manager.Monitor", more: true)["parameters"]?["event"] == "monitoring")
+        let sent = try intruder.run("flood", timeout: 120)["sent"]?.intValue ?? -1
+        // What the kernel's socket buffers take, not what the daemon would buffer.
+        #expect(sent >= 0 && sent < 16 << 20, "sent \(sent) bytes")
+        #expect(try daemon.manager("GetStatus")["version"] != nil)
+        #expect(try residentKiB(daemon.process.pid) < rssBefore + 8 * 1024)
+    }
+
+    /// 2: listings are filtered before they are built and sent in slices: a user holding
+    /// thousands of tasks and asking for listings it never reads neither grows the daemon
+    /// nor keeps root waiting.
+    @Test func largeUnreadListingsCostOneSlice() throws {
+        let daemon = try TestDaemon(["MaxTasksPerApp=5000", "MaxTasksPerUser=5000", "GrantLatencyMaxSec=0"])
+        let intruder = try Intruder(daemon)
+        #expect(try intruder.run("pipeline 4000 io.bgtaskd.App.BeginTask {\"name\":\"hog\"}", timeout: 60)["errors"] == 0)
+        let rssBefore = try residentKiB(daemon.process.pid)
+        try intruder.run("unread 40 io.bgtaskd.Manager.ListTasks {}")
+        try waitUntil("root answered while the listings wait", timeout: 10) {
+            try daemon.manager("GetStatus")["tasks"] == 4000
+        }
+        #expect(try residentKiB(daemon.process.pid) < rssBefore + 8 * 1024)
+        // What a listing holds is the caller's own, whole and well-formed across its slices.
+        let rootProbe = try daemon.probe()
+        _ = try rootProbe.begin("roots")
+        let other = try Intruder(daemon)
+        let tasks = try other.call("io.bgtaskd.Manager.ListTasks")["parameters"]?["tasks"]?.arrayValue ?? []
+        #expect(tasks.count == 4000 && tasks.allSatisfy { $0["uid"] == .int(Int64(Intruder.uid)) && $0["name"] == "hog" })
+        #expect(try daemon.tasks().count == 4001)
+    }
+
+    /// 3: per-user limits; root still acts when a user is at its limit; history shares.
+    @Test func oneUserAtItsLimitsLocksNobodyOut() throws {
+        let daemon = try TestDaemon(["MaxAppsPerUser=4", "MaxTasksPerUser=2"])
+        // Tasks: two, then LimitExceeded (the intruder is the user's first app).
+        let intruder = try Intruder(daemon)
+        for _ in 0..<2 { #expect(try intruder.call("io.bgtaskd.App.BeginTask")["error"] == nil) }
+        #expect(Intruder.isError(try intruder.call("io.bgtaskd.App.BeginTask"), "io.bgtaskd.App.LimitExceeded"))
+        // Apps: three more, then LimitExceeded.
+        let sleeps = try (0..<4).map { _ in try spawnUnprivilegedSleep() }
+        for sleep in sleeps.prefix(3) {
+            let (code, output) = try daemon.ctl(["foreground", String(sleep.pid)], asUser: Intruder.uid)
+            #expect(code == 0, "\(output)")
+        }
+        let (code, output) = try daemon.ctl(["foreground", String(sleeps[3].pid)], asUser: Intruder.uid)
+        #expect(code == 1 && output.contains("MaxAppsPerUser=4"), "\(output)")
+        // Root registers its own process, and the user's fifth, as a manager.
+        let rootSleep = try Spawned("/bin/sleep", ["1000"])
+        try daemon.setState(rootSleep.pid, "background")
+        try daemon.setState(sleeps[3].pid, "foreground")
+        // History: 600 cycles of the user's app do not evict root's entry.
+        let pid = sleeps[0].pid
+        for _ in 0..<600 {
+            try intruder.call("io.bgtaskd.Manager.SetAppState", "{\"pid\":\(pid),\"state\":\"foreground\"}")
+            try intruder.call("io.bgtaskd.Manager.SetAppState", "{\"pid\":\(pid),\"state\":\"background\"}")
+        }
+        let history = try daemon.history()
+        #expect(history.count == 1024)
+        #expect(history.contains { $0["pid"]?.intValue == Int64(rootSleep.pid) })
+    }
+
+    /// 4: a setuid-root child of a user's app is root's: the user cannot have the daemon stop
+    /// or kill it.
+    @Test func aSetuidRootChildIsNeitherStoppedNorKilled() throws {
+        let daemon = try TestDaemon()
+        // A setuid-root python that becomes root on every uid, under a uid-65534 shell.
+        let helper = daemon.directory + "/rootpython"
+        try copyFile("/usr/bin/python3", to: helper)
+        chmod(helper, 0o4755)
+        defer { unlink(helper) }
+        let shell = try Spawned("/usr/bin/setpriv", ["--reuid=\(Intruder.uid)", "--regid=\(Intruder.uid)", "--clear-groups",
+                                                     "/bin/sh", "-c",
+                                                     "\(helper) -c 'import os, time; os.setresuid(0, 0, 0); print(os.getpid(), flush=True); time.sleep(1000)' & wait"])
+        guard let line = try shell.readLine(timeout: 10), let childPID = Int32(line) else { throw TestFailure("no helper pid") }
+        let child = try Pidfd.open(pid: childPID)
+        defer { try? child.send(signal: SIGKILL) }
+        #expect(try ProcStatus.uids(pid: childPID) == ProcessUIDs(real: 0, effective: 0, saved: 0))
+        #expect(try daemon.ctl(["background", String(shell.pid)], asUser: Intruder.uid).0 == 0)
+        try waitUntil("the user's shell stopped") { processState(shell.pid) == "T" }
+        #expect(processState(childPID) == "S")
+        try waitUntil("the refusal logged") { daemon.log().contains { $0.contains("pid \(childPID) not suspended") } }
+        #expect(try daemon.ctl(["terminate", String(shell.pid)], asUser: Intruder.uid).0 == 0)
+        try waitUntil("the user's shell killed") { shell.hasExited }
+        #expect(!child.hasExited)
+    }
+
+    /// 5: a uid-65534 child of root's app is an app of its own: it cannot subscribe to,
+    /// end or hold tasks for root's app.
+    @Test func aChildOfAnotherUIDCannotActForRootsApp() throws {
+        let daemon = try TestDaemon()
+        let rootProbe = try daemon.probe()
+        let rootTask = try rootProbe.begin("roots")
+        // The intruder is a child of root's app process? Not of the probe: of a root shell app.
+        let path = daemon.directory + "/intruder.py"
+        _ = try Intruder(daemon)  // writes the script
+        let shell = try Spawned("/bin/sh", ["-c", "/usr/bin/setpriv --reuid=\(Intruder.uid) --regid=\(Intruder.uid) --clear-groups /usr/bin/python3 \(path) \(daemon.socketPath)"])
+        try daemon.setState(shell.pid, "foreground")  // root's app
+        guard let ready = try shell.readLine(timeout: 10), let childPID = try JSON.parse(ready)["ready"]?.intValue else {
+            throw TestFailure("no intruder")
+        }
+        try shell.send("call io.bgtaskd.App.Subscribe {} more")
+        let subscribed = try JSON.parse(try shell.readLine(timeout: 10) ?? "{}")
+        #expect(subscribed["parameters"]?["pid"]?.intValue == childPID, "subscribed to \(subscribed.serialized)")
+        let apps = try daemon.apps()
+        #expect(apps.first { $0["pid"]?.intValue == Int64(shell.pid) }?["uid"] == 0)
+        #expect(apps.first { $0["pid"]?.intValue == childPID }?["uid"] == .int(Int64(Intruder.uid)))
+        _ = rootTask
+    }
+
+    /// 6: monitors see only their own uid's events, also for apps already removed.
+    @Test func monitorsSeeOnlyTheirOwnEvents() throws {
+        let daemon = try TestDaemon()
+        let intruder = try Intruder(daemon)
+        #expect(try intruder.call("io.bgtaskd.Manager.Monitor", more: true)["error"] == nil)
+        let probe = try daemon.probe()
+        _ = try probe.begin("secret")
+        try daemon.manager("Terminate", ["pid": .int(Int64(probe.pid))])
+        try waitUntil("root's app terminated") { try daemon.app(probe.pid) == nil }
+        // A marker of the intruder's own: everything before it would be root's.
+        let own = try spawnUnprivilegedSleep()
+        try daemon.setState(own.pid, "background")
+        var seen: [JSON] = []
+        while true {
+            let event = try intruder.run("read")
+            if event["timeout"] != nil { throw TestFailure("the intruder's own event never came") }
+            seen.append(event)
+            if event["parameters"]?["entry"]?["pid"]?.intValue == Int64(own.pid) { break }
+        }
+        let leaked = seen.filter { $0.serialized.contains("\(probe.pid)") || $0.serialized.contains("secret") }
+        #expect(leaked.isEmpty, "\(leaked.map(\.serialized))")
+    }
+
+    /// 7 and 10: the state lives in a 0700 directory nobody else can lock or plant files in;
+    /// socket directories others can write are refused.
+    @Test func theStateDirectoryIsPrivateAndUnsafeDirectoriesAreRefused() throws {
+        let daemon = try TestDaemon()
+        var st = stat()
+        #expect(stat(daemon.stateDirectory, &st) == 0 && st.st_mode & 0o777 == 0o700)
+        let probe = try Spawned("/usr/bin/setpriv", ["--reuid=\(Intruder.uid)", "--regid=\(Intruder.uid)", "--clear-groups",
+                                                     "/usr/bin/python3", "-c",
+                                                     "import fcntl\ntry:\n open('\(daemon.stateDirectory)/bgtaskd.lock')\n print('opened')\nexcept OSError as e:\n print(e.errno)"])
+        #expect(try probe.readLine(timeout: 10) == String(EACCES))
+        for (mode, owner) in [(mode_t(0o777), uid_t(0)), (0o755, Intruder.uid)] {
+            var template = Array("/tmp/bgtaskd-unsafe-XXXXXX".utf8CString)
+            let directory = String(cString: mkdtemp(&template)!)
+            defer { rmdir(directory) }
+            chmod(directory, mode)
+            chown(directory, owner, owner)
+            let refused = try Spawned(Binaries.path("bgtaskd"), ["--socket", directory + "/io.bgtaskd"], standardError: .mergeIntoOutput)
+            let output = try refused.readAll(timeout: 10)
+            #expect(Spawned.exitCode(try refused.wait(timeout: 10)) == 1)
+            #expect(output.contains("refusing \(directory)"), "\(output)")
+            #expect(!FileSystem.exists(directory + "/io.bgtaskd"))
+        }
+    }
+
+    /// 10: a symlink planted at the temporary name is never written through; a planted state
+    /// naming another uid's process, or a huge line, is not acted on.
+    @Test func plantedFilesAreNotFollowedOrTrusted() throws {
+        let daemon = try TestDaemon()
+        let victim = daemon.directory + "/victim"
+        try copyBytes(Array("precious\n".utf8), to: victim)
+        symlink(victim, daemon.statePath + ".new")
+        let root = try Spawned("/bin/sleep", ["1000"])
+        let stat = try ProcStat.read(pid: root.pid)
+        try daemon.crash()
+        // A state file claiming root's sleep is a suspended app of uid 65534, and a 2 MB line.
+        let boot = String(decoding: try readFile("/proc/sys/kernel/random/boot_id"), as: UTF8.self).filter { $0 != "\n" }
+        let planted = "{\"boot\":\"\(boot)\",\"format\":1}\n"
+            + "{\"app\":{\"pid\":\(root.pid),\"start\":\(stat.startTime),\"uid\":65534,\"command\":\"sleep\",\"state\":\"suspended\"}}\n"
+            + "{\"history\":{\"x\":\"" + String(repeating: "a", count: 2 << 20) + "\"}}\n"
+        unlink(daemon.statePath)
+        try copyBytes(Array(planted.utf8), to: daemon.statePath)
+        let restarted = try daemon.restart()
+        #expect(String(decoding: try readFile(victim), as: UTF8.self) == "precious\n")
+        #expect(processState(root.pid) == "S")
+        #expect(try restarted.app(root.pid) == nil)
+        #expect(restarted.log().contains { $0.contains("longer than") })
+    }
+
+    /// 9: names chosen by a process (`PR_SET_NAME`) are escaped in tables and logs.
+    @Test func processNamesCannotForgeOutput() throws {
+        let daemon = try TestDaemon()
+        let renamed = try Spawned("/usr/bin/python3", ["-c", """
+            import ctypes, sys, time
+            ctypes.CDLL(None).prctl(15, b"\\x1b[2Jx\\n<0>FAKE", 0, 0, 0)
+            print("renamed", flush=True)
+            time.sleep(1000)
+            """])
+        #expect(try renamed.readLine(timeout: 10) == "renamed")
+        try daemon.setState(renamed.pid, "background")
+        let (code, table) = try daemon.ctl(["apps"])
+        #expect(code == 0)
+        #expect(!table.utf8.contains(0x1b) && table.contains("\\x1b[2Jx\\n<0>FAKE"), "\(table)")
+        #expect(!daemon.log().contains { $0.hasPrefix("<0>") })
+    }
+
+    /// 11: unprivileged callers see their own counts, and "not yours" answers the same
+    /// whether or not the process is an app.
+    @Test func noOracleAndNoMachineWideCounts() throws {
+        let daemon = try TestDaemon()
+        let registered = try Spawned("/bin/sleep", ["1000"])
+        let unregistered = try Spawned("/bin/sleep", ["1000"])
+        try daemon.setState(registered.pid, "foreground")
+        let intruder = try Intruder(daemon)
+        let status = try intruder.call("io.bgtaskd.Manager.GetStatus")["parameters"]
+        #expect(status?["apps"] == 0 && status?["connections"] == 1)
+        for method in ["Terminate", "ListTasks"] {
+            let a = try intruder.call("io.bgtaskd.Manager.\(method)", "{\"pid\":\(registered.pid)}")
+            let b = try intruder.call("io.bgtaskd.Manager.\(method)", "{\"pid\":\(unregistered.pid)}")
+            #expect(a["error"] == b["error"] && a["error"] == "org.varlink.service.PermissionDenied")
+        }
+    }
+}
+
+func copyFile(_ source: String, to destination: String) throws {
+    try copyBytes(try readFile(source, limit: 1 << 30), to: destination)
+}
+
+func copyBytes(_ bytes: [UInt8], to destination: String) throws {
+    let file = try FileDescriptor(systemCall("open(\(destination))") { open(destination, O_WRONLY | O_CREAT | O_TRUNC, 0o755) })
+    try file.writeAll(bytes)
+}
+
+/// 8: a full state disk neither wedges the daemon nor leaves an app stopped unrecorded.
+@Suite(.serialized, .enabled(if: getuid() == 0, "needs root to mount a small tmpfs"))
+struct FullDiskTests {
+    @Test func aFullStateDiskRefusesChangesWithoutSpinningAndRecovers() throws {
+        var template = Array("/tmp/bgtaskd-full-XXXXXX".utf8CString)
+        let directory = String(cString: mkdtemp(&template)!)
+        chmod(directory, 0o755)
+        guard mount("tmpfs", directory, "tmpfs", 0, "size=512k,mode=755") == 0 else {
+            rmdir(directory)
+            throw TestFailure("mount tmpfs on \(directory): errno \(errno)")
+        }
+        defer {
+            umount2(directory, Int32(MNT_DETACH))
+            rmdir(directory)
+        }
+        let filler = directory + "/filler"
+        var daemon: TestDaemon? = try TestDaemon(directory: directory)
+        let app = try Spawned("/bin/sleep", ["1000"])
+        try daemon!.setState(app.pid, "foreground")
+        // Fill the disk, as another user could fill a shared /run.
+        let file = try FileDescriptor(systemCall("open") { open(filler, O_WRONLY | O_CREAT | O_CLOEXEC, 0o644) })
+        let block = [UInt8](repeating: 1, count: 4096)
+        while (try? file.write(block)) ?? 0 > 0 {}
+        // The log's last page still has room: changes go on until it is full, then are
+        // refused, with the reason.
+        let other = try Spawned("/bin/sleep", ["1000"])
+        var refusal: ClientError?
+        for index in 0..<2000 where refusal == nil {
+            do {
+                try daemon!.setState(other.pid, index % 2 == 0 ? "background" : "foreground")
+            } catch let error as ClientError {
+                refusal = error
+            }
+        }
+        #expect(refusal?.varlinkError?.name == "io.bgtaskd.App.StateNotWritable")
+        #expect(throws: ClientError.self) { try daemon!.setState(app.pid, "background") }
+        #expect(processState(app.pid) == "S")
+        #expect(try daemon!.manager("GetStatus")["apps"] == 2)
+        // No tight loop: the daemon waits between retries. CPU time over one second, in ticks.
+        func cpuTicks() throws -> Int {
+            let fields = String(decoding: try readFile("/proc/\(daemon!.process.pid)/stat"), as: UTF8.self)
+                .split(separator: ")").last!.split(separator: " ")
+            return Int(fields[11])! + Int(fields[12])!
+        }
+        let before = try cpuTicks()
+        _ = poll(nil, 0, 1000)  // the window measured, not a wait for an event
+        #expect(try cpuTicks() - before < 20, "the daemon spun on the full disk")
+        // A crash now loses nothing that was done to a process: nothing was.
+        try daemon!.crash()
+        #expect(processState(app.pid) == "S")
+        file.close()
+        unlink(filler)
+        daemon = try daemon!.restart()
+        try daemon!.setState(app.pid, "background")
+        try waitUntil("the app suspended once the disk has room") { processState(app.pid) == "T" }
+    }
+}

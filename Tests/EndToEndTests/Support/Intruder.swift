@@ -1,0 +1,146 @@
+import BGTaskSystem
+import Glibc
+import TestSupport
+import Varlink
+
+/// A raw Varlink client run as an unprivileged user (uid 65534 through `setpriv`), driven by
+/// line commands on stdin, answering with JSON lines: what a local user could do by hand.
+final class Intruder {
+    static let uid: UInt32 = 65534
+
+    /// Commands: `call METHOD JSON [more]` (send, print the first reply), `send METHOD JSON
+    /// [more]` (send only), `read` (one message, or `{"timeout":true}` after 2 s),
+    /// `flood` (bytes with no NUL until the daemon takes no more for a second: `{"sent":N}`),
+    /// `pipeline N METHOD JSON` (N calls sent while their replies are read, as a pipelining
+    /// client must: `{"errors":E}`), `unread N METHOD JSON` (N calls, nothing read), `pid`.
+    static let script = #"""
+    import json, os, select, socket, sys
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(sys.argv[1])
+    buf = b""
+    def out(obj):
+        print(json.dumps(obj), flush=True)
+    def msg(method, params, more):
+        m = {"method": method, "parameters": json.loads(params)}
+        if more: m["more"] = True
+        return json.dumps(m).encode() + b"\0"
+    def read(timeout=2.0):
+        global buf
+        while b"\0" not in buf:
+            r, _, _ = select.select([s], [], [], timeout)
+            if not r: return {"timeout": True}
+            chunk = s.recv(65536)
+            if not chunk: return {"closed": True}
+            buf += chunk
+        m, buf = buf.split(b"\0", 1)
+        return json.loads(m)
+    out({"ready": os.getpid(), "uid": os.getuid()})
+    for line in sys.stdin:
+        w = line.split(" ", 3)
+        cmd = w[0].strip()
+        if cmd == "call" or cmd == "send":
+            s.sendall(msg(w[1], w[2].strip(), len(w) > 3 and w[3].strip() == "more"))
+            if cmd == "call": out(read())
+            else: out({"sent": 1})
+        elif cmd == "read":
+            out(read())
+        elif cmd == "flood":
+            s.setblocking(False)
+            sent = 0
+            chunk = b"a" * 65536
+            while sent < (64 << 20):
+                try:
+                    sent += s.send(chunk)
+                except BlockingIOError:
+                    if not select.select([], [s], [], 1.0)[1]: break
+                except OSError:
+                    break
+            s.setblocking(True)
+            out({"sent": sent})
+        elif cmd == "unread":
+            n = int(w[1]); rest = w[3].strip() if len(w) > 3 else "{}"
+            s.sendall(msg(w[2], rest, False) * n)
+            out({"sent": n})
+        elif cmd == "pipeline":
+            n = int(w[1]); rest = w[3].strip() if len(w) > 3 else "{}"
+            data = msg(w[2], rest, False) * n
+            replies = 0; errors = 0
+            while replies < n:
+                r, wr, _ = select.select([s], [s] if data else [], [], 10.0)
+                if not r and not wr: errors += n - replies; break
+                if wr:
+                    data = data[s.send(data[:65536]):]
+                if r:
+                    chunk = s.recv(65536)
+                    if not chunk: errors += n - replies; break
+                    buf += chunk
+                    while b"\0" in buf:
+                        m, buf = buf.split(b"\0", 1)
+                        replies += 1
+                        if "error" in json.loads(m): errors += 1
+            out({"errors": errors})
+        elif cmd == "pid":
+            out({"pid": os.getpid()})
+    """#
+
+    let process: Spawned
+
+    /// Starts the client as uid 65534 connected to `daemon` (the script is written beside
+    /// the socket). `prefix` runs it under another command first (e.g. a shell).
+    init(_ daemon: TestDaemon) throws {
+        let path = daemon.directory + "/intruder.py"
+        if !FileSystem.exists(path) {
+            let file = try FileDescriptor(systemCall("open") { open(path, O_WRONLY | O_CREAT | O_TRUNC, 0o644) })
+            try file.writeAll(Array(Self.script.utf8))
+        }
+        process = try Spawned("/usr/bin/setpriv", ["--reuid=\(Self.uid)", "--regid=\(Self.uid)", "--clear-groups",
+                                                   "/usr/bin/python3", path, daemon.socketPath])
+        let ready = try next()
+        guard ready["uid"]?.intValue == Int64(Self.uid) else { throw TestFailure("intruder not uid \(Self.uid): \(ready.serialized)") }
+    }
+
+    var pid: Int32 { process.pid }
+
+    func next(timeout: Double = 15) throws -> JSON {
+        guard let line = try process.readLine(timeout: timeout) else { throw TestFailure("intruder output ended") }
+        return try JSON.parse(line)
+    }
+
+    /// Runs a command and returns its output line.
+    @discardableResult
+    func run(_ command: String, timeout: Double = 15) throws -> JSON {
+        try process.send(command)
+        return try next(timeout: timeout)
+    }
+
+    /// Calls a method and returns the reply (`error` set on an error).
+    @discardableResult
+    func call(_ method: String, _ parameters: String = "{}", more: Bool = false) throws -> JSON {
+        try run("call \(method) \(parameters)\(more ? " more" : "")")
+    }
+
+    /// Whether the last reply was the error `name`.
+    static func isError(_ reply: JSON, _ name: String) -> Bool { reply["error"]?.stringValue == name }
+}
+
+/// A process of uid 65534 for tests to manage (`sleep`), started by the test; returned once
+/// it runs as that uid (before, it is `setpriv`, still root).
+func spawnUnprivilegedSleep() throws -> Spawned {
+    let sleep = try Spawned("/usr/bin/setpriv", ["--reuid=\(Intruder.uid)", "--regid=\(Intruder.uid)", "--clear-groups",
+                                                 "/bin/sleep", "1000"])
+    try waitUntil("pid \(sleep.pid) to be sleep as uid \(Intruder.uid)") {
+        (try? ProcStat.read(pid: sleep.pid))?.command == "sleep"
+            && (try? ProcStatus.uids(pid: sleep.pid))?.real == Intruder.uid
+    }
+    return sleep
+}
+
+/// `/proc/PID/status` VmRSS in KiB.
+func residentKiB(_ pid: Int32) throws -> Int {
+    let status = String(decoding: try readFile("/proc/\(pid)/status"), as: UTF8.self)
+    guard let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
+          let kib = Int(line.split(separator: " ", omittingEmptySubsequences: true)[1]) else {
+        throw TestFailure("no VmRSS for pid \(pid)")
+    }
+    return kib
+}
