@@ -17,7 +17,7 @@ extension BackgroundModel {
     /// `Terminate` from a manager.
     public mutating func terminate(_ app: ProcessIdentity, at now: Instant, effects: inout [Effect]) throws(BGTaskError) {
         guard apps[app] != nil else { throw .noSuchApp(app.pid) }
-        terminate(app, reason: .manager, at: now, effects: &effects)
+        forceTerminate(app, reason: .manager, at: now, effects: &effects)
     }
 
     /// A watched process exited (rule 9): an app's own process takes the app and its tasks
@@ -34,9 +34,7 @@ extension BackgroundModel {
                 }
             }
             removeApp(process)
-            effects.append(.log(LogEntry(priority: .info, kind: .appExited,
-                                         message: "App \(process) (\(app.command)) exited; forgotten",
-                                         app: process, command: app.command)))
+            effects.append(.log(.app(.appExited, .info, process, command: app.command, "exited; forgotten")))
         }
         var affected: [ProcessIdentity] = []
         for id in (tasksByOwner[process] ?? []).sorted() {
@@ -62,9 +60,8 @@ extension BackgroundModel {
         let warningAt = max(now, deadline - configuration.expirationWarning)
         timers.insert(.warning(app, epoch: record.epoch), at: warningAt)
         timers.insert(.deadline(app, epoch: record.epoch), at: deadline)
-        effects.append(.log(LogEntry(priority: .info, kind: .appBackgrounded,
-                                     message: "App \(app) (\(record.command)) entered the background with \(ConfigurationValue.formatTimeSpan(configuration.backgroundTime)) of background time",
-                                     app: app, command: record.command)))
+        effects.append(.log(.app(.appBackgrounded, .info, app, command: record.command,
+                                 "entered the background with \(ConfigurationValue.formatTimeSpan(configuration.backgroundTime)) of background time")))
         if record.subscribers > 0 {
             record.transitionDeadline = now + configuration.transitionTimeout
             timers.insert(.transitionTimeout(app, epoch: record.epoch), at: record.transitionDeadline!)
@@ -92,13 +89,10 @@ extension BackgroundModel {
         if wasSuspended {
             effects.append(.act(AppActionRecord(app: app, uid: record.uid, command: record.command, action: .resumed,
                                                 reason: .foreground, taskNames: []), signal: nil))
-            effects.append(.log(LogEntry(priority: .notice, kind: .appResumed,
-                                         message: "App \(app) (\(record.command)) resumed: foreground",
-                                         app: app, command: record.command, reason: ActionReason.foreground.rawValue)))
+            effects.append(.log(.app(.appResumed, .notice, app, command: record.command, "resumed: foreground",
+                                     reason: .foreground)))
         } else {
-            effects.append(.log(LogEntry(priority: .info, kind: .appForegrounded,
-                                         message: "App \(app) (\(record.command)) returned to the foreground",
-                                         app: app, command: record.command)))
+            effects.append(.log(.app(.appForegrounded, .info, app, command: record.command, "returned to the foreground")))
         }
         for id in record.taskIDs {
             guard var task = tasks[id], task.state == .expiring else { continue }
@@ -128,9 +122,8 @@ extension BackgroundModel {
             expiring.append(id)
             effects.append(.taskChanged(snapshot(task, at: now)))
             let handler = task.expirationHandler ? "" : "; it has no expiration handler"
-            effects.append(.log(LogEntry(priority: task.expirationHandler ? .info : .warning, kind: .taskWarned,
-                                         message: "Task \(id) (\(task.name)) of \(app) expires in \(ConfigurationValue.formatTimeSpan(left))\(handler)",
-                                         app: app, command: record.command, taskID: id, taskName: task.name)))
+            effects.append(.log(.task(.taskWarned, task.expirationHandler ? .info : .warning, id, name: task.name, app: app,
+                                      command: record.command, "expires in \(ConfigurationValue.formatTimeSpan(left))\(handler)")))
         }
         if !expiring.isEmpty {
             effects.append(.lifecycle(app, uid: record.uid, .taskExpiring(expiring, backgroundTimeRemaining: left)))
@@ -143,7 +136,7 @@ extension BackgroundModel {
         guard let record = apps[app], record.state == .background else { return }
         let held = record.taskIDs.contains { tasks[$0]?.state.isAssertion == true }
         if held {
-            terminate(app, reason: .assertionsBeyondPermittedTime, at: now, effects: &effects)
+            forceTerminate(app, reason: .assertionsBeyondPermittedTime, at: now, effects: &effects)
         } else {
             suspend(app, reason: .backgroundTimeExpired, at: now, effects: &effects)
         }
@@ -152,7 +145,7 @@ extension BackgroundModel {
     /// Rule 3: the transition was not reported finished in time.
     mutating func transitionTimedOut(_ app: ProcessIdentity, at now: Instant, effects: inout [Effect]) {
         guard let record = apps[app], record.state == .background, record.phase == .transition else { return }
-        terminate(app, reason: .transitionTimeout, at: now, effects: &effects)
+        forceTerminate(app, reason: .transitionTimeout, at: now, effects: &effects)
     }
 
     mutating func suspend(_ app: ProcessIdentity, reason: ActionReason, at now: Instant, effects: inout [Effect]) {
@@ -168,14 +161,13 @@ extension BackgroundModel {
         apps[app]?.transitionDeadline = nil
         effects.append(.act(AppActionRecord(app: app, uid: record.uid, command: record.command, action: .suspended,
                                             reason: reason, taskNames: []), signal: nil))
-        effects.append(.log(LogEntry(priority: .notice, kind: .appSuspended,
-                                     message: "App \(app) (\(record.command)) suspended: \(reason.rawValue)",
-                                     app: app, command: record.command, reason: reason.rawValue)))
+        effects.append(.log(.app(.appSuspended, .notice, app, command: record.command, "suspended: \(reason.rawValue)",
+                                 reason: reason)))
     }
 
     /// Terminates an app: its tasks expire (or end), it is forgotten, and the daemon signals
     /// it. A catchable signal is followed by `SIGKILL` after `TerminateGraceSec`.
-    mutating func terminate(_ app: ProcessIdentity, reason: ActionReason, at now: Instant, effects: inout [Effect]) {
+    mutating func forceTerminate(_ app: ProcessIdentity, reason: ActionReason, at now: Instant, effects: inout [Effect]) {
         guard let record = apps[app] else { return }
         let signal = configuration.terminateSignal
         var names: [String] = []
@@ -199,10 +191,9 @@ extension BackgroundModel {
         }
         effects.append(.act(AppActionRecord(app: app, uid: record.uid, command: record.command, action: .terminated,
                                             reason: reason, taskNames: names), signal: signal))
-        let held = names.isEmpty ? "" : " holding \(names.map { "'\($0)'" }.joined(separator: ", "))"
-        effects.append(.log(LogEntry(priority: .warning, kind: .appTerminated,
-                                     message: "App \(app) (\(record.command))\(held) terminated with \(signal): \(reason.rawValue)",
-                                     app: app, command: record.command, reason: reason.rawValue)))
+        let held = names.isEmpty ? "" : "holding \(names.map { "'\($0)'" }.joined(separator: ", ")) "
+        effects.append(.log(.app(.appTerminated, .warning, app, command: record.command,
+                                 "\(held)terminated with \(signal): \(reason.rawValue)", reason: reason)))
         settleWatch(app, before: watched, effects: &effects)
     }
 

@@ -99,9 +99,7 @@ extension BackgroundModel {
         effects.append(.lifecycle(task.app, uid: task.uid, .taskGranted(id)))
         effects.append(.taskChanged(snapshot(task, at: now)))
         if debugLogging {
-            effects.append(.log(LogEntry(priority: .debug, kind: .taskGranted,
-                                         message: "Task \(id) (\(task.name)) of \(task.app) granted",
-                                         app: task.app, command: app.command, taskID: id, taskName: task.name)))
+            effects.append(.log(.task(.taskGranted, .debug, id, name: task.name, app: task.app, command: app.command, "granted")))
         }
     }
 
@@ -128,10 +126,8 @@ extension BackgroundModel {
         if state == .ended, !debugLogging { return }
         let kind: LogKind = state == .denied ? .taskDenied : state == .expired ? .taskExpired : .taskEnded
         let verb = state == .denied ? "denied" : state == .expired ? "expired" : "ended"
-        effects.append(.log(LogEntry(priority: state == .ended ? .debug : .notice, kind: kind,
-                                     message: "Task \(task.id) (\(task.name)) of \(task.app) \(verb): \(reason.rawValue)",
-                                     app: task.app, command: apps[task.app]?.command, taskID: task.id,
-                                     taskName: task.name, reason: reason.rawValue)))
+        effects.append(.log(.task(kind, state == .ended ? .debug : .notice, task.id, name: task.name, app: task.app,
+                                  command: apps[task.app]?.command, "\(verb): \(reason.rawValue)", reason: reason)))
     }
 
     /// Rule 5: a background app past its transition whose last task ended is suspended.
@@ -174,8 +170,7 @@ extension BackgroundModel {
         guard let task = tasks[id] else { return }
         tasks[id]?.ageWarned = true
         let age = ConfigurationValue.formatTimeSpan(configuration.taskAgeWarning)
-        effects.append(.log(LogEntry(priority: .warning, kind: .taskAgeWarning,
-                                     message: "Task \(id) (\(task.name)) of \(task.app) was begun over \(age) ago; end it when its work is done",
-                                     app: task.app, command: apps[task.app]?.command, taskID: id, taskName: task.name)))
+        effects.append(.log(.task(.taskAgeWarning, .warning, id, name: task.name, app: task.app, command: apps[task.app]?.command,
+                                  "was begun over \(age) ago; end it when its work is done")))
     }
 }

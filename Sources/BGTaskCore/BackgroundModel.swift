@@ -133,9 +133,7 @@ public struct BackgroundModel {
         let watched = needsWatch(identity)
         insertApp(AppRecord(identity: identity, uid: process.uid, command: process.command))
         settleWatch(identity, before: watched, effects: &effects)
-        effects.append(.log(LogEntry(priority: .info, kind: .appRegistered,
-                                     message: "App \(identity) (\(process.command)) registered in the foreground",
-                                     app: identity, command: process.command)))
+        effects.append(.log(.app(.appRegistered, .info, identity, command: process.command, "registered in the foreground")))
         return identity
     }
 

@@ -48,6 +48,29 @@ public enum LogKind: String, CaseIterable, Sendable {
     case taskGranted, taskDenied, taskWarned, taskExpired, taskEnded, taskAgeWarning
 }
 
+extension LogKind {
+    /// The journal `MESSAGE_ID`, so `journalctl MESSAGE_ID=...` finds every record of a kind.
+    /// Each is fixed here, once, like systemd's `sd-messages.h`: an ID never changes once
+    /// shipped, whatever cases are added to `LogKind` or in what order.
+    public var messageID: String {
+        switch self {
+        case .appRegistered: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a01"
+        case .appBackgrounded: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a02"
+        case .appForegrounded: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a03"
+        case .appExited: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a04"
+        case .appSuspended: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a05"
+        case .appResumed: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a06"
+        case .appTerminated: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a07"
+        case .taskGranted: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a08"
+        case .taskDenied: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a09"
+        case .taskWarned: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a0a"
+        case .taskExpired: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a0b"
+        case .taskEnded: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a0c"
+        case .taskAgeWarning: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a0d"
+        }
+    }
+}
+
 /// A log line with its structured fields; the daemon sends it to the journal.
 public struct LogEntry: Equatable, Sendable {
     public enum Priority: Int, Sendable { case warning = 4, notice = 5, info = 6, debug = 7 }
@@ -60,6 +83,22 @@ public struct LogEntry: Equatable, Sendable {
     public var taskID: TaskID?
     public var taskName: String?
     public var reason: String?
+}
+
+extension LogEntry {
+    /// A record about an app: "App pid 1234 (upload) `text`".
+    static func app(_ kind: LogKind, _ priority: Priority, _ app: ProcessIdentity, command: String, _ text: String,
+                    reason: ActionReason? = nil) -> LogEntry {
+        LogEntry(priority: priority, kind: kind, message: "App \(app) (\(command)) \(text)", app: app,
+                 command: command, reason: reason?.rawValue)
+    }
+
+    /// A record about a task: "Task 42 (upload) of pid 1234 `text`".
+    static func task(_ kind: LogKind, _ priority: Priority, _ id: TaskID, name: String, app: ProcessIdentity,
+                     command: String?, _ text: String, reason: TaskReason? = nil) -> LogEntry {
+        LogEntry(priority: priority, kind: kind, message: "Task \(id) (\(name)) of \(app) \(text)", app: app,
+                 command: command, taskID: id, taskName: name, reason: reason?.rawValue)
+    }
 }
 
 /// Everything the model asks the daemon to do. The daemon runs effects in order.

@@ -114,3 +114,24 @@ import Testing
         #expect(!raw.cEscaped.unicodeScalars.contains { $0.value < 0x20 })
     }
 }
+
+/// Journal MESSAGE_IDs are a contract: `journalctl MESSAGE_ID=` queries must keep working.
+@Suite struct LogMessageIDTests {
+    @Test func theTableIsPinned() {
+        let pinned: [LogKind: String] = [
+            .appRegistered: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a01", .appBackgrounded: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a02",
+            .appForegrounded: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a03", .appExited: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a04",
+            .appSuspended: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a05", .appResumed: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a06",
+            .appTerminated: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a07", .taskGranted: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a08",
+            .taskDenied: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a09", .taskWarned: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a0a",
+            .taskExpired: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a0b", .taskEnded: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a0c",
+            .taskAgeWarning: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a0d",
+        ]
+        #expect(LogKind.allCases.count == pinned.count, "a new kind needs a new, fixed ID here")
+        for kind in LogKind.allCases {
+            #expect(kind.messageID == pinned[kind], "\(kind)")
+            #expect(kind.messageID.count == 32 && kind.messageID.allSatisfy(\.isHexDigit))
+        }
+        #expect(Set(LogKind.allCases.map(\.messageID)).count == LogKind.allCases.count)
+    }
+}
