@@ -33,7 +33,7 @@ let package = Package(
         .executableTarget(name: "bgtaskd", dependencies: ["BGTaskDaemon"]),
         // The UIKit-like client library and the blocking Varlink client the tools share.
         .target(name: "BGTaskClient", dependencies: ["Varlink", "BGTaskSystem"]),
-        .executableTarget(name: "bgtaskctl", dependencies: ["BGTaskClient"]),
+        .executableTarget(name: "bgtaskctl", dependencies: ["BGTaskClient", "BGTaskCore"]),
         // A scriptable app for end-to-end tests: line commands on stdin, JSON lines out.
         .executableTarget(name: "bgtask-probe", dependencies: ["BGTaskClient"]),
         // The same, through the UIKit-like library.

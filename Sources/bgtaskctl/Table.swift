@@ -1,3 +1,4 @@
+import BGTaskCore
 import Varlink
 
 /// A table like `systemctl list-units`: aligned columns, a header, a count line.
@@ -7,7 +8,14 @@ struct Table {
 
     init(_ headers: String...) { self.headers = headers }
 
-    mutating func add(_ cells: [String]) { rows.append(cells) }
+    /// Adds a row. A cell holding control characters is escaped (`cescape`): names come from
+    /// the processes themselves, and a terminal must never receive their control characters.
+    /// (The daemon escapes them already; this holds whatever answers on the socket.)
+    mutating func add(_ cells: [String]) {
+        rows.append(cells.map { cell in
+            cell.unicodeScalars.contains { $0.value < 0x20 || (0x7F..<0xA0).contains($0.value) } ? cell.cEscaped : cell
+        })
+    }
 
     /// The table; `legend` adds the header and "N things listed."
     func render(legend: Bool, noun: String, plural: String? = nil) -> String {
