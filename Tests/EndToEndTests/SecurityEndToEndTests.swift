@@ -86,7 +86,8 @@ struct SecurityEndToEndTests {
         let shell = try Spawned("/usr/bin/setpriv", ["--reuid=\(Intruder.uid)", "--regid=\(Intruder.uid)", "--clear-groups",
                                                      "/bin/sh", "-c",
                                                      "\(helper) -c 'import os, time; os.setresuid(0, 0, 0); print(os.getpid(), flush=True); time.sleep(1000)' & wait"])
-        guard let line = try shell.readLine(timeout: 10), let childPID = Int32(line) else { throw TestFailure("no helper pid") }
+        let line = try shell.readLine(timeout: 10)
+        guard let line, let childPID = Int32(line) else { throw TestFailure("no helper pid: \(line ?? "end of output")") }
         let child = try Pidfd.open(pid: childPID)
         defer { try? child.send(signal: SIGKILL) }
         #expect(try ProcStatus.uids(pid: childPID) == ProcessUIDs(real: 0, effective: 0, saved: 0))
@@ -233,7 +234,7 @@ func copyFile(_ source: String, to destination: String) throws {
 }
 
 func copyBytes(_ bytes: [UInt8], to destination: String) throws {
-    let file = try FileDescriptor(systemCall("open(\(destination))") { open(destination, O_WRONLY | O_CREAT | O_TRUNC, 0o755) })
+    let file = try FileDescriptor(systemCall("open(\(destination))") { open(destination, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o755) })
     try file.writeAll(bytes)
 }
 

@@ -90,7 +90,7 @@ final class Intruder {
     init(_ daemon: TestDaemon) throws {
         let path = daemon.directory + "/intruder.py"
         if !FileSystem.exists(path) {
-            let file = try FileDescriptor(systemCall("open") { open(path, O_WRONLY | O_CREAT | O_TRUNC, 0o644) })
+            let file = try FileDescriptor(systemCall("open") { open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644) })
             try file.writeAll(Array(Self.script.utf8))
         }
         process = try Spawned("/usr/bin/setpriv", ["--reuid=\(Self.uid)", "--regid=\(Self.uid)", "--clear-groups",
