@@ -73,7 +73,7 @@ enum Soak {
         }
         func descriptors() -> Int { (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(daemonPID)/fd").count) ?? -1 }
         func stateBytes() -> Int {
-            ((try? FileManager.default.attributesOfItem(atPath: directory + "/bgtaskd.state"))?[.size] as? Int) ?? -1
+            ((try? FileManager.default.attributesOfItem(atPath: directory + "/state/bgtaskd.state"))?[.size] as? Int) ?? -1
         }
 
         let idlers = try spawn(apps / 2, tasks: 0)
