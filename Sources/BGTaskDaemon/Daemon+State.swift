@@ -100,10 +100,6 @@ extension Daemon {
         deferredSuspensions.removeAll()
     }
 
-    func retryStateWrite() {
-        writeState()
-    }
-
     /// Refuses a call that would change state while it cannot be recorded (after trying once
     /// more: the disk may have room again).
     func requireWritableState() throws(BGTaskError) {

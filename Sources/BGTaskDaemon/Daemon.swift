@@ -82,7 +82,7 @@ public final class Daemon {
             self.pass { _ in }
         }
         statusTimer = try loop.addTimer { [unowned self] in self.sendStatus() }
-        stateRetryTimer = try loop.addTimer { [unowned self] in self.pass { _ in self.retryStateWrite() } }
+        stateRetryTimer = try loop.addTimer { [unowned self] in self.pass { _ in self.writeState() } }
         enforcer = try Enforcer(loop: loop, root: { [unowned self] app in self.watches[app]?.pidfd }) { priority, message in
             Journal.log(priority: priority.rawValue, message: message.cEscaped)
         }
@@ -93,7 +93,11 @@ public final class Daemon {
         })
         Signal.ignoreBrokenPipe()
         loop.enableWatchdog()
+        // Restored deadlines arm the timer (or fire, if they passed while no daemon ran) now,
+        // not at the first call. (Not a whole pass: its opening write would replace the state
+        // file with the empty model before it is read.)
         restore()
+        endPass(at: now)
     }
 
     /// Serves until `SIGTERM`/`SIGINT`; returns the exit status.
@@ -117,6 +121,11 @@ public final class Daemon {
         let now = self.now
         advanceModel(to: now)
         body(now)
+        endPass(at: now)
+    }
+
+    /// The end of a pass: settle what is due now, arm the timer, keep `STATUS=` current.
+    func endPass(at now: Instant) {
         if let next = model.nextDeadline(), next <= now { advanceModel(to: now) }
         // Re-arm only for an earlier deadline: firing early costs one idle pass, while moving
         // the timer on every call (the oldest task changes with each EndTask) costs a

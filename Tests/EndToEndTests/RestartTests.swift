@@ -99,6 +99,20 @@ import Varlink
         #expect(try foreground.begin("next") > late)
     }
 
+    /// A restored deadline fires by itself: the restarted daemon arms its timer at once, not
+    /// at the first call some client happens to make.
+    @Test func aRestoredDeadlineFiresWithNoCallAfterTheRestart() throws {
+        let daemon = try TestDaemon(["BackgroundTimeSec=1s", "ExpirationWarningSec=0"])
+        let probe = try daemon.probe()
+        _ = try probe.begin("held")
+        try waitUntil("the task granted") { try daemon.tasks().first?["state"] == "granted" }
+        try daemon.setState(probe.pid, "background")
+        try daemon.crash()
+        let restarted = try daemon.restart(connecting: false)
+        // Not a single connection from here on: only the log and /proc are read.
+        try waitUntil("the app held past its restored deadline killed") { probe.process.hasExited }
+    }
+
     @Test func nothingIsLostOverManyKills() throws {
         let settings = ["BackgroundTimeSec=5min", "GrantLatencyMinSec=1ms", "GrantLatencyMaxSec=20ms"]
         var daemon = try TestDaemon(settings)

@@ -26,7 +26,10 @@ final class TestDaemon {
 
     /// Starts the daemon with `--set` assignments and waits until it answers; in `directory`
     /// (to restart on the same socket) or a fresh temporary one.
-    init(_ settings: [String] = [], extraArguments: [String] = [], directory reused: String? = nil) throws {
+    /// With `connecting: false` it is taken as ready from its log ("serving on"), without a
+    /// connection: a test can then see what the daemon does before any client comes.
+    init(_ settings: [String] = [], extraArguments: [String] = [], directory reused: String? = nil,
+         connecting: Bool = true) throws {
         if let reused {
             directory = reused
         } else {
@@ -43,11 +46,17 @@ final class TestDaemon {
         let sanitizers = names.compactMap { name -> String? in
             getenv(name).map { name + "=" + String(cString: $0) }
         }
+        // The log is appended to across restarts: this daemon's line is one more than before.
+        let serving = { [logPath] in
+            String(decoding: (try? readFile(logPath)) ?? [], as: UTF8.self).split(separator: "\n")
+                .filter { $0.contains("serving on") }.count
+        }
+        let servedBefore = serving()
         process = try Spawned(Binaries.path("bgtaskd"), arguments, environment: ["PATH=/usr/bin:/bin"] + sanitizers,
                               standardError: .file(logPath))
         try waitUntil("bgtaskd to answer at \(socketPath)", timeout: 10) {
             if process.hasExited { throw TestFailure("bgtaskd exited during start-up") }
-            return UnixSocket.isAnswering(path: socketPath)
+            return connecting ? UnixSocket.isAnswering(path: socketPath) : serving() > servedBefore
         }
     }
 
@@ -74,9 +83,9 @@ final class TestDaemon {
     }
 
     /// Starts another daemon on the same socket and state, which takes over the directory.
-    func restart(_ settings: [String] = []) throws -> TestDaemon {
+    func restart(_ settings: [String] = [], connecting: Bool = true) throws -> TestDaemon {
         handedOver = true
-        return try TestDaemon(settings, directory: directory)
+        return try TestDaemon(settings, directory: directory, connecting: connecting)
     }
 
     /// The daemon's log lines so far.
