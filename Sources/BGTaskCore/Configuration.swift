@@ -66,8 +66,8 @@ public struct Configuration: Equatable, Sendable {
     public var terminateGrace: Duration = .seconds(2)
     // [Limits]
     public var maxApps: Int = 8192
-    /// Apps one unprivileged uid may own. Root-owned apps, and apps a privileged manager
-    /// registers, are not counted against it.
+    /// Apps one unprivileged uid may own. Root-owned apps are not limited, and a privileged
+    /// manager may register an app for a uid at its limit (that app then counts too).
     public var maxAppsPerUser: Int = 1024
     public var maxTasksPerApp: Int = 1000
     /// Active tasks of all the apps one unprivileged uid owns.

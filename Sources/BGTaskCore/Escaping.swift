@@ -1,4 +1,19 @@
+extension Unicode.Scalar {
+    /// A C0 or C1 control character (Unicode's `Cc`), or a line or paragraph separator: what
+    /// a terminal or a log reader may take for more than text.
+    var isControlCharacter: Bool {
+        value < 0x20 || (0x7F...0x9F).contains(value) || value == 0x2028 || value == 0x2029
+    }
+}
+
 extension String {
+    /// Whether the text holds a control character (`isControlCharacter`); printable ASCII,
+    /// the common case, is answered without Unicode tables.
+    public var containsControlCharacters: Bool {
+        if utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }) { return false }
+        return unicodeScalars.contains(where: \.isControlCharacter)
+    }
+
     /// The text with control characters escaped as C does (`\n`, `\t`, `\x1b`, ...), and
     /// backslashes doubled, like systemd's `cescape()`: safe to print in a table, a log line
     /// or a journal `MESSAGE`. A process name (`prctl(PR_SET_NAME)`) is whatever its owner
@@ -13,8 +28,7 @@ extension String {
             case "\n": out += "\\n"
             case "\t": out += "\\t"
             case "\r": out += "\\r"
-            case _ where scalar.value < 0x20 || scalar.value == 0x7F || (0x80..<0xA0).contains(scalar.value)
-                || scalar == "\u{2028}" || scalar == "\u{2029}":
+            case _ where scalar.isControlCharacter:
                 let hex = String(scalar.value, radix: 16)
                 out += scalar.value <= 0xFF ? "\\x" + String(repeating: "0", count: 2 - hex.count) + hex
                                             : "\\u" + String(repeating: "0", count: 4 - hex.count) + hex

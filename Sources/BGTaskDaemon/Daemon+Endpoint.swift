@@ -219,10 +219,7 @@ enum TaskName {
     static func validate(_ name: String) throws(VarlinkError) -> String {
         let bytes = name.utf8
         guard bytes.count <= maximumBytes else { throw .invalidParameter("name") }
-        // Printable ASCII, the common case, needs no Unicode tables.
-        if bytes.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }) { return name }
-        guard !name.unicodeScalars.contains(where: { $0.properties.generalCategory == .control || $0 == "\u{2028}" || $0 == "\u{2029}" })
-        else { throw .invalidParameter("name") }
+        guard !name.containsControlCharacters else { throw .invalidParameter("name") }
         return name
     }
 }

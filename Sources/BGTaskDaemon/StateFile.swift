@@ -303,7 +303,7 @@ final class StateFile {
     static func command(_ value: JSON?) throws -> String {
         let text = try string(value)
         guard text.utf8.count <= 64 else { throw Malformed(description: "command name too long") }
-        return (try? TaskName.validate(text)) ?? text.cEscaped
+        return text.containsControlCharacters ? text.cEscaped : text
     }
 
     static func instant(_ value: JSON?) throws -> Instant { Instant(nanoseconds: try int(value)) }

@@ -2,6 +2,12 @@ import Glibc
 
 /// Finding an app's processes: its own process and every descendant.
 public enum ProcessTree {
+    /// `members(of:owner:excluded:)` whatever the uids: every process of the tree.
+    public static func members(of root: Pidfd) -> [Pidfd] {
+        var excluded: [Int32] = []
+        return members(of: root, owner: nil, excluded: &excluded)
+    }
+
     /// The process held by `root` and all its descendants, each held by a pidfd, parents
     /// before children. Membership never rests on a pid or start time alone (start times tick
     /// at 10 ms, so a pid recycled within a tick looks the same): a child counts only if,
@@ -15,11 +21,6 @@ public enum ProcessTree {
     /// and nothing below a process that is not: a setuid program that became root, or a child
     /// that switched to another user, is never part of the app (DESIGN.md §3). Those left out
     /// are listed in `excluded`.
-    public static func members(of root: Pidfd, owner: UInt32? = nil) -> [Pidfd] {
-        var excluded: [Int32] = []
-        return members(of: root, owner: owner, excluded: &excluded)
-    }
-
     public static func members(of root: Pidfd, owner: UInt32?, excluded: inout [Int32]) -> [Pidfd] {
         guard !root.hasExited else { return [] }
         if let owner, !belongs(root.pid, to: owner) {

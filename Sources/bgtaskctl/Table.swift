@@ -12,9 +12,7 @@ struct Table {
     /// the processes themselves, and a terminal must never receive their control characters.
     /// (The daemon escapes them already; this holds whatever answers on the socket.)
     mutating func add(_ cells: [String]) {
-        rows.append(cells.map { cell in
-            cell.unicodeScalars.contains { $0.value < 0x20 || (0x7F..<0xA0).contains($0.value) } ? cell.cEscaped : cell
-        })
+        rows.append(cells.map { $0.containsControlCharacters ? $0.cEscaped : $0 })
     }
 
     /// The table; `legend` adds the header and "N things listed."

@@ -85,7 +85,7 @@ struct SecurityEndToEndTests {
         defer { unlink(helper) }
         let shell = try Spawned("/usr/bin/setpriv", ["--reuid=\(Intruder.uid)", "--regid=\(Intruder.uid)", "--clear-groups",
                                                      "/bin/sh", "-c",
-                                                     "\(helper) -c 'import os, time; os.setresuid(0, 0, 0); print(os.getpid(), flush=True); time.sleep(1000)' & wait"])
+                                                     "\(helper) -c 'import os, signal; os.setresuid(0, 0, 0); print(os.getpid(), flush=True); signal.pause()' & wait"])
         let line = try shell.readLine(timeout: 10)
         guard let line, let childPID = Int32(line) else { throw TestFailure("no helper pid: \(line ?? "end of output")") }
         let child = try Pidfd.open(pid: childPID)
@@ -104,11 +104,8 @@ struct SecurityEndToEndTests {
     /// end or hold tasks for root's app.
     @Test func aChildOfAnotherUIDCannotActForRootsApp() throws {
         let daemon = try TestDaemon()
-        let rootProbe = try daemon.probe()
-        let rootTask = try rootProbe.begin("roots")
-        // The intruder is a child of root's app process? Not of the probe: of a root shell app.
-        let path = daemon.directory + "/intruder.py"
-        _ = try Intruder(daemon)  // writes the script
+        // Root's app is a shell; the intruder is its child, switched to uid 65534.
+        let path = try Intruder.scriptPath(for: daemon)
         let shell = try Spawned("/bin/sh", ["-c", "/usr/bin/setpriv --reuid=\(Intruder.uid) --regid=\(Intruder.uid) --clear-groups /usr/bin/python3 \(path) \(daemon.socketPath)"])
         try daemon.setState(shell.pid, "foreground")  // root's app
         guard let ready = try shell.readLine(timeout: 10), let childPID = try JSON.parse(ready)["ready"]?.intValue else {
@@ -120,7 +117,6 @@ struct SecurityEndToEndTests {
         let apps = try daemon.apps()
         #expect(apps.first { $0["pid"]?.intValue == Int64(shell.pid) }?["uid"] == 0)
         #expect(apps.first { $0["pid"]?.intValue == childPID }?["uid"] == .int(Int64(Intruder.uid)))
-        _ = rootTask
     }
 
     /// 6: monitors see only their own uid's events, also for apps already removed.
@@ -198,10 +194,10 @@ struct SecurityEndToEndTests {
     @Test func processNamesCannotForgeOutput() throws {
         let daemon = try TestDaemon()
         let renamed = try Spawned("/usr/bin/python3", ["-c", """
-            import ctypes, sys, time
+            import ctypes, signal
             ctypes.CDLL(None).prctl(15, b"\\x1b[2Jx\\n<0>FAKE", 0, 0, 0)
             print("renamed", flush=True)
-            time.sleep(1000)
+            signal.pause()
             """])
         #expect(try renamed.readLine(timeout: 10) == "renamed")
         try daemon.setState(renamed.pid, "background")

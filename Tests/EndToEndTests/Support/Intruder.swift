@@ -88,15 +88,21 @@ final class Intruder {
     /// Starts the client as uid 65534 connected to `daemon` (the script is written beside
     /// the socket). `prefix` runs it under another command first (e.g. a shell).
     init(_ daemon: TestDaemon) throws {
-        let path = daemon.directory + "/intruder.py"
-        if !FileSystem.exists(path) {
-            let file = try FileDescriptor(systemCall("open") { open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644) })
-            try file.writeAll(Array(Self.script.utf8))
-        }
+        let path = try Self.scriptPath(for: daemon)
         process = try Spawned("/usr/bin/setpriv", ["--reuid=\(Self.uid)", "--regid=\(Self.uid)", "--clear-groups",
                                                    "/usr/bin/python3", path, daemon.socketPath])
         let ready = try next()
         guard ready["uid"]?.intValue == Int64(Self.uid) else { throw TestFailure("intruder not uid \(Self.uid): \(ready.serialized)") }
+    }
+
+    /// The script, written beside the daemon's socket (readable by uid 65534) once.
+    static func scriptPath(for daemon: TestDaemon) throws -> String {
+        let path = daemon.directory + "/intruder.py"
+        if !FileSystem.exists(path) {
+            let file = try FileDescriptor(systemCall("open") { open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644) })
+            try file.writeAll(Array(script.utf8))
+        }
+        return path
     }
 
     var pid: Int32 { process.pid }
