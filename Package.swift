@@ -37,7 +37,7 @@ let package = Package(
         // A scriptable app for end-to-end tests: line commands on stdin, JSON lines out.
         .executableTarget(name: "bgtask-probe", dependencies: ["BGTaskClient"]),
         // The same, through the UIKit-like library.
-        .executableTarget(name: "bgtask-libprobe", dependencies: ["BGTaskClient"]),
+        .executableTarget(name: "bgtask-libprobe", dependencies: ["BGTaskClient", "BGTaskSystem"]),
         // The example app of the README: the whole background cycle.
         .executableTarget(name: "bgtask-example", dependencies: ["BGTaskClient"]),
         // Spawning and waiting helpers shared by the system and end-to-end tests.
@@ -47,6 +47,7 @@ let package = Package(
         .executableTarget(name: "bgtask-bench-app"),
         .testTarget(name: "BGTaskCoreTests", dependencies: ["BGTaskCore"]),
         .testTarget(name: "VarlinkTests", dependencies: ["Varlink"]),
+        .testTarget(name: "BGTaskClientTests", dependencies: ["BGTaskClient", "Varlink"]),
         .testTarget(name: "BGTaskSystemTests", dependencies: ["BGTaskSystem", "TestSupport"]),
         .testTarget(
             name: "EndToEndTests",

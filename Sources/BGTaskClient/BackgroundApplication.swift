@@ -43,59 +43,36 @@ public final class BackgroundApplication: @unchecked Sendable {
         FileHandle.standardError.write(Data("BackgroundApplication: \(line)\n".utf8))
     })
 
-    struct TaskEntry {
-        var name: String
-        var handler: (@Sendable (ExpirationReason) -> Void)?
-        var granted = false
-        /// The daemon ended it (denied, expired, or gone): `endBackgroundTask` is quiet.
-        var finished = false
-        /// The daemon went away while it was active: it may still hold it when it comes back.
-        var orphaned = false
-    }
+    typealias Client = ClientState<@Sendable (ExpirationReason) -> Void>
 
-    struct Transition {
-        /// Monotonic nanoseconds by which `FinishBackgroundTransition` must be sent.
-        var finishBy: Int64
-        var returned = false
-    }
-
-    struct State {
-        var connected = false
-        var appState = "foreground"
-        /// Remaining seconds at a monotonic instant; `nil` is unlimited (foreground).
-        var remaining: (seconds: Double, at: Int64)?
-        var tasks: [Int: TaskEntry] = [:]
-        /// Task events that arrived before `BeginTask` returned (they travel on another
-        /// connection), by task id; bounded.
-        var earlyEvents: [Int: [EventThread.TaskEvent]] = [:]
-        var earlyOrder: [Int] = []
-        var transition: Transition?
-        /// Tasks ended while the daemon was away, to end once it is back (it may have kept them).
-        var pendingEnds: [Int] = []
-        var delegate: Confined<() -> BackgroundApplicationDelegate?> = Confined(value: { nil })
+    struct Shared {
+        var client = Client()
         var closed = false
     }
 
-    let state = Locked(State())
-    /// The connection for calls; one call at a time.
-    let calls = Locked<VarlinkConnection?>(nil)
+    let state = Locked(Shared())
+    /// The connection for the app's calls; one call at a time.
+    private let calls = Locked<VarlinkConnection?>(nil)
+    private let delegateBox = Locked(Confined<() -> BackgroundApplicationDelegate?>(value: { nil }))
     let events: EventThread
 
     /// The app's delegate (held weakly, like UIKit's).
     public var delegate: BackgroundApplicationDelegate? {
-        get { state.withLock { $0.delegate.value() } }
+        get { delegateReference.value() }
         set {
             weak let weakDelegate = newValue
-            state.withLock { $0.delegate = Confined(value: { weakDelegate }) }
+            delegateBox.withLock { $0 = Confined(value: { weakDelegate }) }
         }
     }
+
+    var delegateReference: Confined<() -> BackgroundApplicationDelegate?> { delegateBox.withLock { $0 } }
 
     /// Connects to bgtaskd (`socketPath`, else `$BGTASKD_SOCKET`, else the system socket) and
     /// subscribes to this process's app. Throws if the daemon cannot be reached.
     public init(socketPath: String? = nil, queue: DispatchQueue = .main) throws {
         self.socketPath = DaemonSocket.path(explicit: socketPath)
         self.queue = queue
-        events = EventThread()
+        events = try EventThread()
         let subscription = try Self.subscribe(at: self.socketPath)
         // Subscribed before returning, so the first call finds the app connected.
         let first = try VarlinkConnection.check(try subscription.receive(timeoutMilliseconds: 5000))
@@ -110,10 +87,7 @@ public final class BackgroundApplication: @unchecked Sendable {
     public func close() {
         state.withLock { $0.closed = true }
         events.wake()
-        calls.withLock { connection in
-            connection?.close()
-            connection = nil
-        }
+        dropCallConnection()
     }
 
     // MARK: Background tasks
@@ -144,11 +118,8 @@ public final class BackgroundApplication: @unchecked Sendable {
             return .invalid
         }
         guard let id = reply["taskId"]?.intValue.map(Int.init), id > 0 else { return .invalid }
-        let early = state.withLock { state -> [EventThread.TaskEvent] in
-            state.tasks[id] = TaskEntry(name: name ?? "", handler: expirationHandler)
-            return state.earlyEvents.removeValue(forKey: id) ?? []
-        }
-        for event in early { events.applyTaskEvent(event, to: id, self) }
+        let early = state.withLock { $0.client.begun(id, name: name ?? "", handler: expirationHandler) }
+        events.perform(early, self)
         return BackgroundTaskIdentifier(rawValue: id)
     }
 
@@ -158,47 +129,42 @@ public final class BackgroundApplication: @unchecked Sendable {
             Self.emit("Can't end background task \(identifier): it is .invalid")
             return
         }
-        guard let entry = state.withLock({ $0.tasks.removeValue(forKey: identifier.rawValue) }) else {
+        switch state.withLock({ $0.client.end(identifier.rawValue) }) {
+        case .unknown:
             Self.emit("Can't end background task \(identifier): no such task (already ended?)")
-            return
+        case .alreadyEnded:
+            break
+        case .send:
+            end(identifier.rawValue)
+            events.wake()  // the transition may have been waiting on it
         }
-        if entry.finished, !entry.orphaned { return }  // the daemon already ended it
-        end(identifier.rawValue)
-        events.wake()  // the transition may have been waiting on it
     }
 
     /// Sends `EndTask`; while the daemon is away, remembers to once it is back.
-    func end(_ id: Int) {
+    private func end(_ id: Int) {
         do {
             _ = try call("EndTask", ["taskId": .int(Int64(id))])
         } catch let error as ClientError where error.code != .callFailed {
-            state.withLock { state in
-                if state.pendingEnds.count < Self.maximumPendingEnds { state.pendingEnds.append(id) }
-            }
+            state.withLock { $0.client.endUndelivered(id) }
+        } catch let error as ClientError where error.varlinkError?.name == "io.bgtaskd.App.NoSuchTask" {
+            // ended meanwhile (expired, or by the daemon)
         } catch {
-            if (error as? ClientError)?.varlinkError?.name != "io.bgtaskd.App.NoSuchTask" {
-                Self.emit("Ending background task \(id) failed: \(error)")
-            }
+            Self.emit("Ending background task \(id) failed: \(error)")
         }
     }
-
-    static let maximumPendingEnds = 4096
 
     /// Seconds of background time left: `.greatestFiniteMagnitude` in the foreground (or
     /// while disconnected), never negative.
     public var backgroundTimeRemaining: TimeInterval {
-        state.withLock { state in
-            guard state.connected, let remaining = state.remaining else { return .greatestFiniteMagnitude }
-            let elapsed = Double(Clock.monotonicNanoseconds() - remaining.at) / 1e9
-            return max(0, remaining.seconds - elapsed)
-        }
+        state.withLock { $0.client.backgroundTimeRemaining(at: Clock.monotonicNanoseconds()) }
     }
 
-    /// `foreground`, `background` or `suspended`, as last reported by the daemon.
-    public var applicationState: String { state.withLock { $0.appState } }
+    /// `.active` in the foreground (and while disconnected), `.background` in the background,
+    /// `.inactive` while `applicationWillEnterForeground(_:)` runs; as last reported by bgtaskd.
+    public var applicationState: State { state.withLock { $0.client.state } }
 
     /// Whether the library is connected to bgtaskd now.
-    public var isConnected: Bool { state.withLock { $0.connected } }
+    public var isConnected: Bool { state.withLock { $0.client.connected } }
 
     /// Runs `body` under a background task that always ends, whatever happens. When the
     /// task's time expires (or it is denied, or the daemon goes away) the Swift task running
@@ -225,8 +191,8 @@ public final class BackgroundApplication: @unchecked Sendable {
         logHandler(line)
     }
 
-    static func subscribe(at path: String) throws -> VarlinkConnection {
-        let connection = try VarlinkConnection(path: path)
+    static func subscribe(at path: String, nonBlocking: Bool = false) throws -> VarlinkConnection {
+        let connection = try VarlinkConnection(path: path, nonBlocking: nonBlocking)
         try connection.send(VarlinkCall(method: "io.bgtaskd.App.Subscribe", more: true))
         return connection
     }
@@ -234,19 +200,28 @@ public final class BackgroundApplication: @unchecked Sendable {
     /// One `io.bgtaskd.App` call on the call connection, connecting it if needed. Fails at
     /// once while the subscription is down.
     func call(_ member: String, _ parameters: [String: JSON] = [:]) throws -> [String: JSON] {
-        guard state.withLock({ $0.connected }) else {
+        guard isConnected else {
             throw ClientError(.notConnected, "not connected to bgtaskd at \(socketPath)")
         }
         let timeout = Int32(max(1, callTimeout * 1000))
         return try calls.withLock { connection in
-            if connection == nil { connection = try VarlinkConnection(path: socketPath) }
+            let current = try connection ?? VarlinkConnection(path: socketPath)
+            connection = current
             do {
-                return try connection!.call("io.bgtaskd.App.\(member)", parameters, timeoutMilliseconds: timeout)
+                return try current.call("io.bgtaskd.App.\(member)", parameters, timeoutMilliseconds: timeout)
             } catch let error as ClientError where error.code != .callFailed {
-                connection?.close()
+                current.close()
                 connection = nil  // broken or out of step: start afresh next time
                 throw error
             }
+        }
+    }
+
+    /// Closes the call connection (the daemon went away, or the app closed).
+    func dropCallConnection() {
+        calls.withLock { connection in
+            connection?.close()
+            connection = nil
         }
     }
 

@@ -45,22 +45,28 @@ extension BackgroundApplicationDelegate {
     public func applicationWillEnterForeground(_ application: BackgroundApplication) {}
 }
 
+extension BackgroundApplication {
+    /// The app's state, shaped like `UIApplication.State` (same cases, same raw values).
+    /// bgtaskd's `foreground` is `.active`; `background` and `suspended` are `.background`
+    /// (a suspended app runs no code to see it); `.inactive` is the moment UIKit has it:
+    /// while `applicationWillEnterForeground(_:)` runs.
+    public enum State: Int, Sendable, CustomStringConvertible {
+        case active
+        case inactive
+        case background
+
+        public var description: String {
+            switch self {
+            case .active: "active"
+            case .inactive: "inactive"
+            case .background: "background"
+            }
+        }
+    }
+}
+
 /// A value or reference used only where the library's contract confines it (the delegate
 /// and the handlers run on the application's queue).
 struct Confined<Value>: @unchecked Sendable {
     let value: Value
-}
-
-/// A small lock around a value.
-final class Locked<Value>: @unchecked Sendable {
-    private var value: Value
-    private let lock = NSLock()
-
-    init(_ value: Value) { self.value = value }
-
-    func withLock<Result>(_ body: (inout Value) throws -> Result) rethrows -> Result {
-        lock.lock()
-        defer { lock.unlock() }
-        return try body(&value)
-    }
 }

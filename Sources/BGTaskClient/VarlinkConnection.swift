@@ -51,11 +51,12 @@ public final class VarlinkConnection {
     let socket: FileDescriptor
     var framer = VarlinkFramer(maximumMessageBytes: 1 << 30)  // ListTasks of a busy daemon is large
 
-    /// Connects to the daemon's socket at `path`.
-    public init(path: String) throws(ClientError) {
+    /// Connects to the daemon's socket at `path`. A non-blocking connection never waits:
+    /// writes take what the socket takes, and connecting fails if the daemon's backlog is full.
+    public init(path: String, nonBlocking: Bool = false) throws(ClientError) {
         self.path = path
         do {
-            socket = try UnixSocket.connect(path: path)
+            socket = try UnixSocket.connect(path: path, nonBlocking: nonBlocking)
         } catch {
             throw ClientError(.notConnected, "cannot connect to bgtaskd at \(path): \(String(cString: strerror(error.code)))")
         }
@@ -136,4 +137,64 @@ public final class VarlinkConnection {
 
     /// Closes the connection (tasks begun on it with `more` end).
     public func close() { socket.close() }
+}
+
+/// Calls made without waiting, for a thread that must never block on the daemon: each call
+/// is queued with a tag, written as the socket takes it, and its reply is read when it
+/// arrives (replies come in call order).
+final class PipelinedConnection<Tag> {
+    private let connection: VarlinkConnection
+    private var output: [UInt8] = []
+    /// The calls sent or queued whose replies have not arrived, oldest first.
+    private(set) var unanswered: [Tag] = []
+
+    init(path: String) throws(ClientError) {
+        connection = try VarlinkConnection(path: path, nonBlocking: true)
+    }
+
+    var fileDescriptor: Int32 { connection.fileDescriptor }
+
+    /// Whether bytes wait to be written (then wait for the socket to be writable too).
+    var wantsWrite: Bool { !output.isEmpty }
+
+    /// Queues `call` and writes what the socket takes now.
+    func send(_ call: VarlinkCall, tag: Tag) throws(ClientError) {
+        output += call.json.varlinkFrame
+        unanswered.append(tag)
+        try flush()
+    }
+
+    /// Writes what the socket takes now.
+    func flush() throws(ClientError) {
+        do {
+            while !output.isEmpty, let written = try connection.socket.writeAvailable(output) {
+                output.removeFirst(written)
+            }
+        } catch {
+            throw ClientError(.protocolError, "lost the connection to bgtaskd: \(error)")
+        }
+    }
+
+    /// The replies that have arrived, each with its call's tag.
+    func receiveAvailable() throws(ClientError) -> [(Tag, VarlinkReply)] {
+        var replies: [(Tag, VarlinkReply)] = []
+        do {
+            while let bytes = try connection.socket.readAvailable(upTo: 65536) {
+                if bytes.isEmpty { throw ClientError(.protocolError, "bgtaskd closed the connection") }
+                connection.framer.append(bytes)
+            }
+        } catch let error as ClientError {
+            throw error
+        } catch {
+            throw ClientError(.protocolError, "lost the connection to bgtaskd: \(error)")
+        }
+        while connection.hasBufferedReply {
+            let reply = try connection.receive(timeoutMilliseconds: 0)
+            guard !unanswered.isEmpty else { throw ClientError(.protocolError, "bgtaskd sent a reply to no call") }
+            replies.append((unanswered.removeFirst(), reply))
+        }
+        return replies
+    }
+
+    func close() { connection.close() }
 }

@@ -104,7 +104,17 @@ public final class SignalDescriptor {
 /// Waits until one of `descriptors` is readable (or `timeoutMilliseconds` pass; -1 forever);
 /// returns the indices of the readable ones. `poll(2)`
 public func waitReadable(_ descriptors: [Int32], timeoutMilliseconds: Int32 = -1) throws(Errno) -> [Int] {
-    var entries = descriptors.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
+    try waitReady(descriptors.map { ($0, false) }, timeoutMilliseconds: timeoutMilliseconds)
+}
+
+/// Waits until one of `descriptors` is readable, or writable where `writable` asks for it,
+/// or hung up (or `timeoutMilliseconds` pass; -1 forever); returns the indices of the ready
+/// ones. `poll(2)`
+public func waitReady(_ descriptors: [(descriptor: Int32, writable: Bool)],
+                      timeoutMilliseconds: Int32 = -1) throws(Errno) -> [Int] {
+    var entries = descriptors.map {
+        pollfd(fd: $0.descriptor, events: Int16(POLLIN) | ($0.writable ? Int16(POLLOUT) : 0), revents: 0)
+    }
     try systemCall("poll") { poll(&entries, nfds_t(entries.count), timeoutMilliseconds) }
     return entries.indices.filter { entries[$0].revents != 0 }
 }

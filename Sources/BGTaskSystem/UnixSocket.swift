@@ -52,11 +52,11 @@ public enum UnixSocket {
         return fd
     }
 
-    /// A blocking, close-on-exec connection to `path`.
-    public static func connect(path: String) throws(Errno) -> FileDescriptor {
-        let fd = FileDescriptor(try systemCall("socket") {
-            socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        })
+    /// A close-on-exec connection to `path`. A non-blocking one fails with `EAGAIN` where a
+    /// blocking one would wait (the listener's backlog is full).
+    public static func connect(path: String, nonBlocking: Bool = false) throws(Errno) -> FileDescriptor {
+        let flags = Int32(SOCK_CLOEXEC.rawValue) | (nonBlocking ? Int32(SOCK_NONBLOCK.rawValue) : 0)
+        let fd = FileDescriptor(try systemCall("socket") { socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | flags, 0) })
         let raw = fd.rawValue
         while true {
             let result = try withAddress(path) { address, length in Glibc.connect(raw, address, length) }

@@ -13,6 +13,7 @@
 //   exit
 // Events: {"delegate": ...}, {"notification": ...}, {"expired": ID, "reason": ...}.
 import BGTaskClient
+import BGTaskSystem
 import Foundation
 import Varlink
 
@@ -36,7 +37,7 @@ final class Delegate: BackgroundApplicationDelegate, @unchecked Sendable {
 func begin(_ name: String, keep: Bool, in app: BackgroundApplication) {
     let id = Locked(BackgroundTaskIdentifier.invalid)
     let begun = app.beginBackgroundTask(withName: name) { (reason: ExpirationReason) in
-        let task = id.get()
+        let task = id.withLock { $0 }
         var reasonText: String
         switch reason {
         case .backgroundTimeExpiring: reasonText = "expiring"
@@ -47,17 +48,8 @@ func begin(_ name: String, keep: Bool, in app: BackgroundApplication) {
         emit(["expired": .int(Int64(task.rawValue)), "reason": .string(reasonText)])
         if !keep { app.endBackgroundTask(task) }
     }
-    id.set(begun)
+    id.withLock { $0 = begun }
     emit(["begin": .int(Int64(begun.rawValue)), "name": .string(name)])
-}
-
-final class Locked<Value>: @unchecked Sendable {
-    private var value: Value
-    private let lock = NSLock()
-    init(_ value: Value) { self.value = value }
-    func get() -> Value { lock.lock(); defer { lock.unlock() }; return value }
-    func set(_ new: Value) { lock.lock(); value = new; lock.unlock() }
-    func update(_ change: (inout Value) -> Void) { lock.lock(); change(&value); lock.unlock() }
 }
 
 let arguments = CommandLine.arguments
@@ -93,7 +85,7 @@ while let line = readLine() {
         emit(["onBackground": .string(name)])
     case "remaining"?:
         let left = app.backgroundTimeRemaining
-        emit(["remaining": left == .greatestFiniteMagnitude ? "max" : .double(left), "state": .string(app.applicationState)])
+        emit(["remaining": left == .greatestFiniteMagnitude ? "max" : .double(left), "state": .string(app.applicationState.description)])
     case "connected"?: emit(["connected": .bool(app.isConnected)])
     case "with-task"?:
         let name = words.count > 1 ? words[1] : "scoped"
@@ -117,11 +109,11 @@ while let line = readLine() {
         DispatchQueue.concurrentPerform(iterations: threads) { _ in
             for _ in 0..<count {
                 let id = app.beginBackgroundTask(withName: "stress", expirationHandler: nil)
-                if id == .invalid { invalid.update { $0 += 1 } } else { begun.update { $0 += 1 } }
+                if id == .invalid { invalid.withLock { $0 += 1 } } else { begun.withLock { $0 += 1 } }
                 app.endBackgroundTask(id)
             }
         }
-        emit(["stress": .object(["begun": .int(Int64(begun.get())), "invalid": .int(Int64(invalid.get()))])])
+        emit(["stress": .object(["begun": .int(Int64(begun.withLock { $0 })), "invalid": .int(Int64(invalid.withLock { $0 }))])])
     case "exit"?: exit(0)
     default: emit(["error": .string("unknown command '\(line)'")])
     }

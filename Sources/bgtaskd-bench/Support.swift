@@ -179,18 +179,6 @@ enum EchoServer {
     }
 }
 
-/// A lock around a value.
-final class Locked<Value>: @unchecked Sendable {
-    private var value: Value
-    private let lock = NSLock()
-    init(_ value: Value) { self.value = value }
-    func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
-        lock.lock()
-        defer { lock.unlock() }
-        return try body(&value)
-    }
-}
-
 /// Hands a value to one other thread that alone uses it from then on.
 final class Handoff<Value>: @unchecked Sendable {
     let value: Value

@@ -84,7 +84,7 @@ import Varlink
         let app = try app(daemon)
         try app.send("remaining")
         let foreground = try app.next { $0["remaining"] != nil }
-        #expect(foreground["remaining"] == "max" && foreground["state"] == "foreground")
+        #expect(foreground["remaining"] == "max" && foreground["state"] == "active")
         let id = try begin(app, "begin hold")
         try granted(daemon, id)
         try daemon.setState(app.pid, "background")

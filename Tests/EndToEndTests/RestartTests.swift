@@ -109,6 +109,7 @@ import Varlink
         try daemon.setState(probe.pid, "background")
         try daemon.crash()
         let restarted = try daemon.restart(connecting: false)
+        defer { withExtendedLifetime(restarted) {} }  // dropping it stops the daemon
         // Not a single connection from here on: only the log and /proc are read.
         try waitUntil("the app held past its restored deadline killed") { probe.process.hasExited }
     }

@@ -1,0 +1,284 @@
+import Varlink
+
+/// What the daemon says on the Subscribe stream, parsed.
+enum DaemonEvent: Equatable {
+    case subscribed(state: String, remaining: Double?, held: Set<Int>)
+    case didEnterBackground(remaining: Double, transitionTimeout: Double)
+    case willEnterForeground
+    case taskGranted(Int)
+    case taskDenied(Int, reason: String)
+    case taskExpiring([Int], remaining: Double)
+    case taskExpired([Int])
+}
+
+/// A call the library makes on its own (not on behalf of a caller).
+enum DaemonCall: Equatable {
+    case finishBackgroundTransition
+    case endTask(Int)
+}
+
+/// The library's state as a value, like the daemon's model: what the daemon last said, the
+/// tasks and their handlers, the background transition, and reconnection. Every change takes
+/// the monotonic instant it happens at (`now`, nanoseconds) and returns what the library must
+/// do; nothing here reads a clock, locks or does I/O. `Handler` is the expiration handler
+/// (a closure in the library, a label in the tests).
+struct ClientState<Handler> {
+    enum Effect {
+        /// Run the handler, on the application's queue.
+        case expire(Handler, ExpirationReason)
+        /// Tell the delegate, then report back with `backgroundDelegateReturned()`.
+        case enterBackground
+        /// Tell the delegate, then report back with `foregroundDelegateReturned()`.
+        case enterForeground
+        /// Send this call, without waiting for its reply.
+        case send(DaemonCall)
+        /// Connect and subscribe again; report `reconnectFailed(at:)` if that fails.
+        case reconnect
+    }
+
+    struct Task {
+        var name: String
+        var handler: Handler?
+        var granted = false
+        /// The daemon ended it (denied, expired, or gone): `end` sends nothing.
+        var finished = false
+        /// The daemon went away while it was active: it may still hold it when it comes back.
+        var orphaned = false
+    }
+
+    struct Transition {
+        /// By when `FinishBackgroundTransition` goes out even if a grant is outstanding.
+        var finishBy: Int64
+        /// The delegate returned from `applicationDidEnterBackground(_:)`.
+        var returned = false
+    }
+
+    /// How `end` went.
+    enum Ending: Equatable {
+        case unknown
+        /// The daemon ended it already: nothing to send.
+        case alreadyEnded
+        case send
+    }
+
+    /// How early, before the daemon's transition deadline, `FinishBackgroundTransition` goes
+    /// out when a grant is still outstanding (the event reached the app a little late).
+    static var finishMargin: Int64 { 25_000_000 }
+    static var reconnectDelays: ClosedRange<Int64> { 50_000_000...1_000_000_000 }
+    static var restartGrace: Int64 { Int64(BackgroundApplication.daemonRestartGrace * 1e9) }
+    static var maximumEarlyEvents: Int { 256 }
+    static var maximumPendingEnds: Int { 4096 }
+
+    private(set) var connected = false
+    private(set) var state: BackgroundApplication.State = .active
+    /// Seconds left at a monotonic instant; `nil` is unlimited (foreground).
+    private(set) var remaining: (seconds: Double, at: Int64)?
+    private(set) var tasks: [Int: Task] = [:]
+    private(set) var transition: Transition?
+    /// Tasks ended while the daemon was away, to end once it is back (it may have kept them).
+    private(set) var pendingEnds: [Int] = []
+    private(set) var nextReconnect: Int64?
+    /// When the handlers of orphaned tasks run, unless the daemon comes back first.
+    private(set) var orphanDeadline: Int64?
+    private var reconnectDelay = reconnectDelays.lowerBound
+    /// Task events that arrived before `BeginTask` returned (they travel on another
+    /// connection), by task id, oldest first; bounded.
+    private var earlyEvents: [Int: [DaemonEvent]] = [:]
+    private var earlyOrder: [Int] = []
+
+    /// Seconds of background time left at `now`: unlimited in the foreground or while
+    /// disconnected, never negative.
+    func backgroundTimeRemaining(at now: Int64) -> Double {
+        guard connected, let remaining else { return .greatestFiniteMagnitude }
+        return max(0, remaining.seconds - Double(now - remaining.at) / 1e9)
+    }
+
+    /// The next instant `tick(at:)` has something to do.
+    var nextDeadline: Int64? {
+        [transition.flatMap { $0.returned ? $0.finishBy : nil }, connected ? nil : nextReconnect, orphanDeadline]
+            .compactMap { $0 }.min()
+    }
+
+    // MARK: From the daemon
+
+    mutating func receive(_ event: DaemonEvent, at now: Int64) -> [Effect] {
+        switch event {
+        case let .subscribed(state, remaining, held):
+            connected = true
+            nextReconnect = nil
+            reconnectDelay = Self.reconnectDelays.lowerBound
+            self.state = state == "foreground" ? .active : .background
+            self.remaining = remaining.map { ($0, now) }
+            // Back after a restart: the tasks the daemon kept go on, the others are gone.
+            orphanDeadline = nil
+            defer { pendingEnds = [] }
+            return expireOrphans(keeping: held) + pendingEnds.map { .send(.endTask($0)) }
+        case let .didEnterBackground(remaining, timeout):
+            state = .background
+            self.remaining = (remaining, now)
+            transition = Transition(finishBy: now + max(0, Int64(timeout * 1e9) - Self.finishMargin))
+            return [.enterBackground]
+        case .willEnterForeground:
+            state = .inactive  // as in UIKit, until the delegate returns
+            remaining = nil
+            transition = nil
+            return [.enterForeground]
+        case let .taskGranted(id), let .taskDenied(id, _):
+            return applyTaskEvent(event, to: id)
+        case let .taskExpiring(ids, left):
+            remaining = (left, now)
+            return ids.flatMap { applyTaskEvent(event, to: $0) }
+        case let .taskExpired(ids):
+            return ids.flatMap { applyTaskEvent(event, to: $0) }
+        }
+    }
+
+    /// Applies a task event, or keeps it until `begun` registers the task.
+    private mutating func applyTaskEvent(_ event: DaemonEvent, to id: Int) -> [Effect] {
+        guard var task = tasks[id] else {
+            if earlyEvents[id] == nil { earlyOrder.append(id) }
+            earlyEvents[id, default: []].append(event)
+            if earlyOrder.count > Self.maximumEarlyEvents { earlyEvents[earlyOrder.removeFirst()] = nil }
+            return []
+        }
+        var reason: ExpirationReason?
+        switch event {
+        case .taskGranted: task.granted = true
+        case let .taskDenied(_, why): task.finished = true; reason = .denied(why)
+        case let .taskExpiring(_, left): reason = .backgroundTimeExpiring(remaining: left)
+        case .taskExpired: task.finished = true; reason = .backgroundTimeExpired
+        default: break
+        }
+        defer { tasks[id] = task }
+        guard let reason, let handler = task.handler else { return [] }
+        task.handler = nil  // exactly once
+        return [.expire(handler, reason)]
+    }
+
+    // MARK: From the app
+
+    /// `BeginTask` returned `id`: the task is known, and the events that beat the reply apply.
+    mutating func begun(_ id: Int, name: String, handler: Handler?) -> [Effect] {
+        tasks[id] = Task(name: name, handler: handler)
+        earlyOrder.removeAll { $0 == id }
+        return (earlyEvents.removeValue(forKey: id) ?? []).flatMap { applyTaskEvent($0, to: id) }
+    }
+
+    /// The app ends `id`: whether `EndTask` must go out.
+    mutating func end(_ id: Int) -> Ending {
+        guard let task = tasks.removeValue(forKey: id) else { return .unknown }
+        return task.finished && !task.orphaned ? .alreadyEnded : .send
+    }
+
+    /// `EndTask` could not reach the daemon: it is sent once the daemon is back.
+    mutating func endUndelivered(_ id: Int) {
+        if pendingEnds.count < Self.maximumPendingEnds { pendingEnds.append(id) }
+    }
+
+    /// The delegate returned from `applicationDidEnterBackground(_:)`.
+    mutating func backgroundDelegateReturned() {
+        transition?.returned = true
+    }
+
+    /// The delegate returned from `applicationWillEnterForeground(_:)`.
+    mutating func foregroundDelegateReturned() {
+        if state == .inactive { state = .active }
+    }
+
+    // MARK: Time and the connection
+
+    /// What is due at `now`: the transition's end, the orphans' handlers, a reconnection.
+    mutating func tick(at now: Int64) -> [Effect] {
+        var effects: [Effect] = []
+        if let due = orphanDeadline, now >= due {
+            orphanDeadline = nil
+            effects += expireOrphans(keeping: nil)
+        }
+        if let transition, transition.returned {
+            let waiting = tasks.values.contains { !$0.granted && !$0.finished }
+            if !waiting || now >= transition.finishBy {
+                self.transition = nil
+                effects.append(.send(.finishBackgroundTransition))
+            }
+        }
+        if !connected, let due = nextReconnect, now >= due {
+            nextReconnect = nil
+            effects.append(.reconnect)
+        }
+        return effects
+    }
+
+    /// The subscription broke. Returns whether this is news (worth a log line). Outstanding
+    /// tasks wait `daemonRestartGrace` for the daemon (it keeps them across a restart).
+    mutating func lost(at now: Int64) -> Bool {
+        let wasConnected = connected
+        connected = false
+        state = .active
+        remaining = nil
+        transition = nil
+        if wasConnected {
+            for (id, var task) in tasks where !task.finished {
+                task.orphaned = true
+                tasks[id] = task
+            }
+            if orphanDeadline == nil, tasks.values.contains(where: { $0.orphaned && !$0.finished }) {
+                orphanDeadline = now + Self.restartGrace
+            }
+        }
+        nextReconnect = now + reconnectDelay
+        return wasConnected
+    }
+
+    /// A reconnection failed: the next one waits twice as long, up to a second.
+    mutating func reconnectFailed(at now: Int64) {
+        reconnectDelay = min(reconnectDelay * 2, Self.reconnectDelays.upperBound)
+        nextReconnect = now + reconnectDelay
+    }
+
+    /// Handlers, with `.daemonUnavailable`, of orphaned tasks the daemon does not hold:
+    /// `held` is what it said it holds on resubscribing, `nil` while it has not come back (its
+    /// tasks stay orphaned then: ending one sends `EndTask` once it is back, as it may hold it).
+    private mutating func expireOrphans(keeping held: Set<Int>?) -> [Effect] {
+        var effects: [Effect] = []
+        for (id, var task) in tasks.sorted(by: { $0.key < $1.key }) where task.orphaned {
+            let kept = held?.contains(id)
+            if kept != nil { task.orphaned = false }
+            if kept == true {
+                task.finished = false  // it goes on, even if its handler ran while the daemon was away
+            } else if !task.finished {
+                task.finished = true
+                if let handler = task.handler { effects.append(.expire(handler, .daemonUnavailable)) }
+                task.handler = nil
+            }
+            tasks[id] = task
+        }
+        return effects
+    }
+}
+
+extension DaemonEvent {
+    /// The event in a Subscribe reply; `nil` for events this library does not know.
+    init?(_ parameters: [String: JSON]) {
+        let remaining = parameters["backgroundTimeRemaining"]?.doubleValue
+        let ids = (parameters["taskIds"]?.arrayValue ?? []).compactMap(\.intValue).map(Int.init)
+        let id = parameters["taskId"]?.intValue.map(Int.init)
+        switch parameters["event"]?.stringValue {
+        case "subscribed"?:
+            self = .subscribed(state: parameters["state"]?.stringValue ?? "foreground", remaining: remaining,
+                               held: Set(ids))
+        case "didEnterBackground"?:
+            self = .didEnterBackground(remaining: remaining ?? 0,
+                                       transitionTimeout: parameters["transitionTimeout"]?.doubleValue ?? 0)
+        case "willEnterForeground"?: self = .willEnterForeground
+        case "taskGranted"?: guard let id else { return nil }; self = .taskGranted(id)
+        case "taskDenied"?:
+            guard let id else { return nil }
+            self = .taskDenied(id, reason: parameters["reason"]?.stringValue ?? "denied")
+        case "taskExpiring"?: self = .taskExpiring(ids, remaining: remaining ?? 0)
+        case "taskExpired"?: self = .taskExpired(ids)
+        default: return nil
+        }
+    }
+}
+
+extension ClientState.Effect: Equatable where Handler: Equatable {}

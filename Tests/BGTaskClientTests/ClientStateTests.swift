@@ -1,0 +1,179 @@
+@testable import BGTaskClient
+import Testing
+import Varlink
+
+/// The client library's state with explicit instants, as the daemon's model is tested:
+/// handlers are labels, time is nanoseconds passed in.
+@Suite struct ClientStateTests {
+    typealias State = ClientState<String>
+    static let second: Int64 = 1_000_000_000
+    static let millisecond: Int64 = 1_000_000
+
+    /// A state subscribed in the foreground at instant 0.
+    func subscribed(holding held: Set<Int> = []) -> State {
+        var state = State()
+        _ = state.receive(.subscribed(state: "foreground", remaining: nil, held: held), at: 0)
+        return state
+    }
+
+    @Test func theForegroundHasUnlimitedTimeAndTheBackgroundCountsDown() {
+        var state = subscribed()
+        #expect(state.state == .active)
+        #expect(state.backgroundTimeRemaining(at: 5 * Self.second) == .greatestFiniteMagnitude)
+        let effects = state.receive(.didEnterBackground(remaining: 30, transitionTimeout: 5), at: 10 * Self.second)
+        #expect(effects == [.enterBackground])
+        #expect(state.state == .background)
+        #expect(state.backgroundTimeRemaining(at: 10 * Self.second) == 30)
+        #expect(state.backgroundTimeRemaining(at: 22 * Self.second) == 18)
+        #expect(state.backgroundTimeRemaining(at: 100 * Self.second) == 0)
+    }
+
+    @Test func theStateIsInactiveWhileTheForegroundDelegateRuns() {
+        var state = subscribed()
+        _ = state.receive(.didEnterBackground(remaining: 30, transitionTimeout: 5), at: 0)
+        let effects = state.receive(.willEnterForeground, at: Self.second)
+        #expect(effects == [.enterForeground])
+        #expect(state.state == .inactive)
+        #expect(state.backgroundTimeRemaining(at: Self.second) == .greatestFiniteMagnitude)
+        state.foregroundDelegateReturned()
+        #expect(state.state == .active)
+    }
+
+    @Test func theTransitionFinishesWhenTheDelegateReturnsWithNoGrantOutstanding() {
+        var state = subscribed()
+        _ = state.receive(.didEnterBackground(remaining: 30, transitionTimeout: 5), at: 0)
+        var effects = state.tick(at: Self.millisecond)
+        #expect(effects.isEmpty)  // the delegate is still running
+        #expect(state.nextDeadline == nil)
+        state.backgroundDelegateReturned()
+        effects = state.tick(at: 2 * Self.millisecond)
+        #expect(effects == [.send(.finishBackgroundTransition)])
+        effects = state.tick(at: 3 * Self.millisecond)
+        #expect(effects.isEmpty)  // once
+    }
+
+    @Test func theTransitionWaitsForAGrantUntilJustBeforeItsDeadline() {
+        var state = subscribed()
+        _ = state.receive(.didEnterBackground(remaining: 30, transitionTimeout: 5), at: 0)
+        var effects = state.begun(7, name: "upload", handler: "h7")
+        #expect(effects.isEmpty)
+        state.backgroundDelegateReturned()
+        let finishBy = 5 * Self.second - State.finishMargin
+        #expect(state.nextDeadline == finishBy)
+        effects = state.tick(at: finishBy - 1)
+        #expect(effects.isEmpty)
+        effects = state.tick(at: finishBy)
+        #expect(effects == [.send(.finishBackgroundTransition)])
+
+        var granted = subscribed()
+        _ = granted.receive(.didEnterBackground(remaining: 30, transitionTimeout: 5), at: 0)
+        _ = granted.begun(7, name: "upload", handler: "h7")
+        granted.backgroundDelegateReturned()
+        effects = granted.receive(.taskGranted(7), at: Self.millisecond)
+        #expect(effects.isEmpty)
+        effects = granted.tick(at: Self.millisecond)
+        #expect(effects == [.send(.finishBackgroundTransition)])
+    }
+
+    @Test func aHandlerRunsExactlyOnceWithTheFirstReason() {
+        var state = subscribed()
+        _ = state.begun(3, name: "sync", handler: "h3")
+        _ = state.receive(.taskGranted(3), at: 0)
+        var effects = state.receive(.taskExpiring([3], remaining: 5), at: Self.second)
+        #expect(effects == [.expire("h3", .backgroundTimeExpiring(remaining: 5))])
+        effects = state.receive(.taskExpired([3]), at: 6 * Self.second)
+        #expect(effects.isEmpty)
+        var ending = state.end(3)
+        #expect(ending == .alreadyEnded)  // the daemon ended it: nothing to send
+        ending = state.end(3)
+        #expect(ending == .unknown)
+    }
+
+    @Test func eventsThatBeatTheBeginReplyApplyWhenItArrives() {
+        var state = subscribed()
+        var effects = state.receive(.taskDenied(9, reason: "suspendedBeforeGrant"), at: 0)
+        #expect(effects.isEmpty)
+        effects = state.begun(9, name: "late", handler: "h9")
+        #expect(effects == [.expire("h9", .denied("suspendedBeforeGrant"))])
+        let ending = state.end(9)
+        #expect(ending == .alreadyEnded)
+    }
+
+    @Test func earlyEventsAreBounded() {
+        var state = subscribed()
+        for id in 1...(State.maximumEarlyEvents + 1) { _ = state.receive(.taskExpired([id]), at: 0) }
+        var effects = state.begun(1, name: "oldest", handler: "h1")
+        #expect(effects.isEmpty)  // dropped, oldest first
+        effects = state.begun(2, name: "kept", handler: "h2")
+        #expect(effects == [.expire("h2", .backgroundTimeExpired)])
+    }
+
+    @Test func aLostDaemonIsRetriedWithBackoffAndOrphansWaitForIt() {
+        var state = subscribed()
+        _ = state.begun(1, name: "kept", handler: "h1")
+        _ = state.begun(2, name: "lost", handler: "h2")
+        var news = state.lost(at: 0)
+        #expect(news)
+        #expect(!state.isConnectedForTest && state.state == .active)
+        #expect(state.nextDeadline == 50 * Self.millisecond)
+        var effects = state.tick(at: 50 * Self.millisecond)
+        #expect(effects == [.reconnect])
+        state.reconnectFailed(at: 50 * Self.millisecond)
+        #expect(state.nextDeadline == 150 * Self.millisecond)  // twice as long
+        effects = state.tick(at: 150 * Self.millisecond)
+        #expect(effects == [.reconnect])
+        news = state.lost(at: 150 * Self.millisecond)
+        #expect(!news)  // subscribed, then lost again: no news
+        // Back: it kept task 1, not task 2.
+        effects = state.receive(.subscribed(state: "foreground", remaining: nil, held: [1]), at: Self.second)
+        #expect(effects == [.expire("h2", .daemonUnavailable)])
+        var ending = state.end(1)
+        #expect(ending == .send)
+        ending = state.end(2)
+        #expect(ending == .alreadyEnded)
+        #expect(state.nextDeadline == nil)
+    }
+
+    @Test func orphansExpireWhenTheDaemonStaysAway() {
+        var state = subscribed()
+        _ = state.begun(1, name: "a", handler: "h1")
+        _ = state.receive(.taskGranted(1), at: 0)
+        _ = state.lost(at: Self.second)
+        let grace = Self.second + State.restartGrace
+        var effects = state.tick(at: grace - 1)
+        #expect(!effects.contains(.expire("h1", .daemonUnavailable)))
+        effects = state.tick(at: grace)
+        #expect(effects.contains(.expire("h1", .daemonUnavailable)))
+        effects = state.tick(at: grace + Self.second)
+        #expect(!effects.contains(.expire("h1", .daemonUnavailable)))
+        // It comes back late, still holding the task: ending it must reach the daemon.
+        _ = state.receive(.subscribed(state: "foreground", remaining: nil, held: [1]), at: 10 * Self.second)
+        let ending = state.end(1)
+        #expect(ending == .send)
+    }
+
+    @Test func endsThatCouldNotBeSentGoOutOnceTheDaemonIsBack() {
+        var state = subscribed()
+        _ = state.begun(4, name: "a", handler: nil)
+        _ = state.lost(at: 0)
+        let ending = state.end(4)
+        #expect(ending == .send)  // orphaned: the daemon may still hold it
+        state.endUndelivered(4)
+        let effects = state.receive(.subscribed(state: "background", remaining: 12, held: [4]), at: Self.second)
+        #expect(effects == [.send(.endTask(4))])
+        #expect(state.state == .background)
+        #expect(state.backgroundTimeRemaining(at: 3 * Self.second) == 10)
+    }
+
+    @Test func aSubscribeReplyParsesIntoItsEvent() {
+        #expect(DaemonEvent(["event": "subscribed", "state": "background", "backgroundTimeRemaining": .double(3.5),
+                             "taskIds": .array([1, 2])]) == .subscribed(state: "background", remaining: 3.5, held: [1, 2]))
+        #expect(DaemonEvent(["event": "taskDenied", "taskId": 5, "reason": "limit"]) == .taskDenied(5, reason: "limit"))
+        #expect(DaemonEvent(["event": "taskGranted"]) == nil)  // no id
+        #expect(DaemonEvent(["event": "somethingNew"]) == nil)
+    }
+}
+
+extension ClientState {
+    var isConnectedForTest: Bool { connected }
+}
