@@ -8,6 +8,8 @@ public enum BGTaskError: Error, Equatable, Sendable {
     case limitExceeded(String)
     /// No app contains that process.
     case noSuchApp(Int32)
+    /// No unit app (nor any cgroup) has that unit name.
+    case noSuchUnit(String)
     /// A parameter was refused (pid 1, the daemon itself, a kernel thread, a bad value).
     case invalidParameter(String)
     /// The state file (named) cannot be written, so nothing may change (a full disk).
@@ -19,7 +21,7 @@ public enum BGTaskError: Error, Equatable, Sendable {
         case .noSuchTask: "io.bgtaskd.App.NoSuchTask"
         case .noBackgroundTime: "io.bgtaskd.App.NoBackgroundTime"
         case .limitExceeded: "io.bgtaskd.App.LimitExceeded"
-        case .noSuchApp: "io.bgtaskd.Manager.NoSuchApp"
+        case .noSuchApp, .noSuchUnit: "io.bgtaskd.Manager.NoSuchApp"
         case .invalidParameter: "org.varlink.service.InvalidParameter"
         case .stateNotWritable: "io.bgtaskd.App.StateNotWritable"
         }

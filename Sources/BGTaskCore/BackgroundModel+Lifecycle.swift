@@ -87,8 +87,8 @@ extension BackgroundModel {
         record.epoch += 1
         apps[app] = record
         if wasSuspended {
-            effects.append(.act(AppActionRecord(app: app, uid: record.uid, command: record.command, action: .resumed,
-                                                reason: .foreground, taskNames: []), signal: nil))
+            effects.append(.act(AppActionRecord(app: app, uid: record.uid, command: record.command, unit: record.unit,
+                                                action: .resumed, reason: .foreground, taskNames: []), signal: nil))
             effects.append(.log(.app(.appResumed, .notice, app, command: record.command, "resumed: foreground",
                                      reason: .foreground)))
         } else {
@@ -159,8 +159,8 @@ extension BackgroundModel {
         apps[app]?.state = .suspended
         apps[app]?.phase = nil
         apps[app]?.transitionDeadline = nil
-        effects.append(.act(AppActionRecord(app: app, uid: record.uid, command: record.command, action: .suspended,
-                                            reason: reason, taskNames: []), signal: nil))
+        effects.append(.act(AppActionRecord(app: app, uid: record.uid, command: record.command, unit: record.unit,
+                                            action: .suspended, reason: reason, taskNames: []), signal: nil))
         effects.append(.log(.app(.appSuspended, .notice, app, command: record.command, "suspended: \(reason.rawValue)",
                                  reason: reason)))
     }
@@ -189,8 +189,8 @@ extension BackgroundModel {
             terminating[app] = Termination(killAt: now + configuration.terminateGrace, uid: record.uid)
             timers.insert(.kill(app), at: now + configuration.terminateGrace)
         }
-        effects.append(.act(AppActionRecord(app: app, uid: record.uid, command: record.command, action: .terminated,
-                                            reason: reason, taskNames: names), signal: signal))
+        effects.append(.act(AppActionRecord(app: app, uid: record.uid, command: record.command, unit: record.unit,
+                                            action: .terminated, reason: reason, taskNames: names), signal: signal))
         let held = names.isEmpty ? "" : "holding \(names.map { "'\($0)'" }.joined(separator: ", ")) "
         effects.append(.log(.app(.appTerminated, .warning, app, command: record.command,
                                  "\(held)terminated with \(signal): \(reason.rawValue)", reason: reason)))

@@ -6,17 +6,22 @@ public struct SavedApp: Equatable, Sendable {
     public var identity: ProcessIdentity
     public var uid: UInt32
     public var command: String
+    public var unit: String?
+    public var containment: Containment
     public var state: AppState
     public var phase: BackgroundPhase?
     public var deadline: Instant?
     public var transitionDeadline: Instant?
     public var warned: Bool
 
-    public init(identity: ProcessIdentity, uid: UInt32, command: String, state: AppState, phase: BackgroundPhase?,
+    public init(identity: ProcessIdentity, uid: UInt32, command: String, unit: String? = nil,
+                containment: Containment = .tree, state: AppState, phase: BackgroundPhase?,
                 deadline: Instant?, transitionDeadline: Instant?, warned: Bool) {
         self.identity = identity
         self.uid = uid
         self.command = command
+        self.unit = unit
+        self.containment = containment
         self.state = state
         self.phase = phase
         self.deadline = deadline
@@ -84,6 +89,21 @@ public struct SavedState: Equatable, Sendable {
         case let .gone(id): tasks[id] = nil
         }
     }
+
+    /// Renames every process through `identify` (a file written before pidfs identities
+    /// names processes without their inode: the daemon fills it in from the live process).
+    public mutating func reidentify(_ identify: (ProcessIdentity) -> ProcessIdentity) {
+        apps = Dictionary(apps.values.map { app in
+            var app = app
+            app.identity = identify(app.identity)
+            return (app.identity, app)
+        }, uniquingKeysWith: { first, _ in first })
+        for id in tasks.keys {
+            tasks[id]!.app = identify(tasks[id]!.app)
+            tasks[id]!.owner = identify(tasks[id]!.owner)
+        }
+        terminating = Dictionary(terminating.map { (identify($0.key), $0.value) }, uniquingKeysWith: { first, _ in first })
+    }
 }
 
 /// A process sent a catchable terminate signal: when its `SIGKILL` is due, and the uid of
@@ -141,7 +161,8 @@ extension BackgroundModel {
     }
 
     func saved(_ app: AppRecord) -> SavedApp {
-        SavedApp(identity: app.identity, uid: app.uid, command: app.command, state: app.state, phase: app.phase,
+        SavedApp(identity: app.identity, uid: app.uid, command: app.command, unit: app.unit,
+                 containment: app.containment, state: app.state, phase: app.phase,
                  deadline: app.deadline, transitionDeadline: app.transitionDeadline, warned: app.warned)
     }
 
@@ -160,7 +181,9 @@ extension BackgroundModel {
         precondition(apps.count == 0 && tasks.count == 0, "restore into a model with no apps")
         nextTaskID = max(nextTaskID, saved.nextTaskID, (saved.tasks.keys.max() ?? 0) + 1)
         for app in saved.apps.values.sorted(by: { $0.identity.pid < $1.identity.pid }) {
-            var record = AppRecord(identity: app.identity, uid: app.uid, command: app.command)
+            let unit = app.unit.flatMap { appsByUnit[$0] == nil ? $0 : nil }
+            var record = AppRecord(identity: app.identity, uid: app.uid, command: app.command, unit: unit,
+                                   containment: unit == nil && app.containment == .unit ? .tree : app.containment)
             record.state = app.state
             record.phase = app.state == .background ? (app.phase ?? .running) : nil
             record.deadline = app.deadline

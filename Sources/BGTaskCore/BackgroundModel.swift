@@ -8,6 +8,9 @@ public struct BackgroundModel {
         let identity: ProcessIdentity
         let uid: UInt32
         let command: String
+        /// The unit cgroup the app is (`containment == .unit`).
+        var unit: String?
+        var containment: Containment
         var state: AppState = .foreground
         var phase: BackgroundPhase?
         /// When background time runs out; set while background.
@@ -60,6 +63,11 @@ public struct BackgroundModel {
 
     /// Apps by owner, so listings filter before they build and per-user limits cost nothing.
     var appsByUID: [UInt32: Set<ProcessIdentity>] = [:]
+    /// Unit apps by their unit's cgroup path: a call from any process in it is the app's.
+    var appsByUnit: [String: ProcessIdentity] = [:]
+    /// How process apps (not units) registered from now on are contained: what the daemon
+    /// can do on this machine (`tracked` with the process-events connector, else `tree`).
+    public var processContainment: Containment = .tree
     /// Active tasks by the uid of their app (`MaxTasksPerUser`).
     var tasksPerUID: [UInt32: Int] = [:]
     var tasksByConnection: [ConnectionID: Set<TaskID>] = [:]
@@ -97,12 +105,25 @@ public struct BackgroundModel {
 
     // MARK: Apps
 
-    /// The registered app that is `process` or one of its ancestors, of the same uid: a
-    /// process of another uid is never part of an app (it is an app of its own).
+    /// The registered app that `process` belongs to, of the same uid (a process of another
+    /// uid is never part of an app; it is an app of its own): the unit app of its unit, else
+    /// the app that is the process or its nearest registered ancestor.
     public func app(containing process: ProcessDescription) -> ProcessIdentity? {
+        if let unit = process.unit, let app = appsByUnit[unit], apps[app]?.uid == process.uid { return app }
         if let app = apps[process.identity] { return app.uid == process.uid ? process.identity : nil }
         return process.ancestors.first { apps[$0]?.uid == process.uid }
     }
+
+    /// The unit app whose unit's cgroup path is `unit`.
+    public func app(unit: String) -> ProcessIdentity? { appsByUnit[unit] }
+
+    /// The cgroup paths of the unit apps whose unit is called `name`.
+    public func unitPaths(named name: String) -> [String] {
+        appsByUnit.keys.filter { AppUnit.name(ofPath: $0) == name }
+    }
+
+    /// The cgroup path of the unit `app` is, for a unit app.
+    public func unit(of app: ProcessIdentity) -> String? { apps[app]?.unit }
 
     /// The app containing `process`, registering the process as a new foreground app when
     /// none does (rule 1). `privileged`: asked by root or `ManagerGroup`, who are held to
@@ -131,9 +152,14 @@ public struct BackgroundModel {
         }
         let identity = process.identity
         let watched = needsWatch(identity)
-        insertApp(AppRecord(identity: identity, uid: process.uid, command: process.command))
+        // A unit already taken (by an app of another uid) leaves this one a process app.
+        let unit = process.unit.flatMap { appsByUnit[$0] == nil ? $0 : nil }
+        insertApp(AppRecord(identity: identity, uid: process.uid, command: process.command, unit: unit,
+                            containment: unit == nil ? processContainment : .unit))
         settleWatch(identity, before: watched, effects: &effects)
-        effects.append(.log(.app(.appRegistered, .info, identity, command: process.command, "registered in the foreground")))
+        let containment = unit.map { "as unit \(AppUnit.name(ofPath: $0))" } ?? "(containment \(processContainment.rawValue))"
+        effects.append(.log(.app(.appRegistered, .info, identity, command: process.command,
+                                 "registered in the foreground \(containment)")))
         return identity
     }
 
@@ -193,7 +219,8 @@ public struct BackgroundModel {
     }
 
     func snapshot(_ app: AppRecord, at now: Instant) -> AppSnapshot {
-        AppSnapshot(identity: app.identity, uid: app.uid, command: app.command, state: app.state,
+        AppSnapshot(identity: app.identity, uid: app.uid, command: app.command, unit: app.unit,
+                    containment: app.containment, state: app.state,
                     phase: app.phase, taskCount: app.taskIDs.count,
                     backgroundTimeRemaining: remaining(app, at: now), subscribed: app.subscribers > 0)
     }
@@ -208,6 +235,7 @@ public struct BackgroundModel {
     mutating func insertApp(_ record: AppRecord) {
         apps[record.identity] = record
         appsByUID[record.uid, default: []].insert(record.identity)
+        if let unit = record.unit { appsByUnit[unit] = record.identity }
         count(from: nil, to: record.state)
     }
 
@@ -216,6 +244,7 @@ public struct BackgroundModel {
         guard let record = apps[identity] else { return }
         apps[identity] = nil
         appsByUID[record.uid]?.remove(identity)
+        if let unit = record.unit, appsByUnit[unit] == identity { appsByUnit[unit] = nil }
         if appsByUID[record.uid]?.isEmpty == true { appsByUID[record.uid] = nil }
         count(from: record.state, to: nil)
     }

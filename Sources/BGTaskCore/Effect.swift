@@ -29,9 +29,13 @@ public struct AppActionRecord: Equatable, Sendable {
     public var reason: ActionReason
     /// The names of the tasks involved (for a termination: the tasks still held).
     public var taskNames: [String]
+    /// The unit's cgroup path, for a unit app: what to act on (the model may have forgotten
+    /// the app by the time the action is carried out).
+    public var unit: String?
 
-    public init(app: ProcessIdentity, uid: UInt32, command: String, action: AppAction, reason: ActionReason,
-                taskNames: [String]) {
+    public init(app: ProcessIdentity, uid: UInt32, command: String, unit: String? = nil, action: AppAction,
+                reason: ActionReason, taskNames: [String]) {
+        self.unit = unit
         self.app = app
         self.uid = uid
         self.command = command

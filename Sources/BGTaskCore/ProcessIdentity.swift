@@ -1,16 +1,21 @@
-/// A process, identified so that a recycled pid can never be mistaken for it: the pid and
-/// the process's start time (clock ticks after boot, field 22 of `/proc/PID/stat`).
+/// A process, identified so that a recycled pid can never be mistaken for it: the inode of
+/// its pidfd where the kernel has pidfs (Linux ≥ 6.9: unique for the boot, even between two
+/// processes started on the same pid within one clock tick), and the pid with the process's
+/// start time (clock ticks after boot, field 22 of `/proc/PID/stat`) everywhere.
 ///
 /// The model only names processes; the daemon holds each one by pidfd.
 public struct ProcessIdentity: Hashable, Sendable, CustomStringConvertible {
     /// The process id, for display and for opening a pidfd.
     public var pid: Int32
-    /// The start time in clock ticks after boot; with `pid`, unique for the boot.
+    /// The start time in clock ticks after boot.
     public var startTime: UInt64
+    /// The pidfs inode of its pidfd; 0 where the kernel has no pidfs.
+    public var inode: UInt64
 
-    public init(pid: Int32, startTime: UInt64) {
+    public init(pid: Int32, startTime: UInt64, inode: UInt64 = 0) {
         self.pid = pid
         self.startTime = startTime
+        self.inode = inode
     }
 
     public var description: String { "pid \(pid)" }
@@ -26,12 +31,17 @@ public struct ProcessDescription: Sendable {
     public var command: String
     /// Its ancestors, parent first, up to (not including) pid 1.
     public var ancestors: [ProcessIdentity]
+    /// The cgroup path of the unit it lives in, when that unit is an app of its own
+    /// (`AppUnit.of(cgroupPath:daemonUnit:)`).
+    public var unit: String?
 
-    public init(identity: ProcessIdentity, uid: UInt32, command: String, ancestors: [ProcessIdentity] = []) {
+    public init(identity: ProcessIdentity, uid: UInt32, command: String, ancestors: [ProcessIdentity] = [],
+                unit: String? = nil) {
         self.identity = identity
         self.uid = uid
         self.command = command
         self.ancestors = ancestors
+        self.unit = unit
     }
 }
 

@@ -4,6 +4,9 @@ public struct AppSnapshot: Equatable, Sendable {
     public var identity: ProcessIdentity
     public var uid: UInt32
     public var command: String
+    /// The unit's cgroup path, for a unit app.
+    public var unit: String?
+    public var containment: Containment
     public var state: AppState
     /// Set while `background`.
     public var phase: BackgroundPhase?

@@ -100,6 +100,7 @@ extension Daemon {
     /// Suspends, resumes or terminates the whole app (rule 10).
     func enforce(_ record: AppActionRecord, signal: TerminateSignal?) {
         deferredSuspensions.remove(record.app)
+        enforcer.adopt(record.app, unitPath: record.unit)
         switch record.action {
         case .suspended:
             enforcer.suspend(record.app, uid: record.uid, command: record.command, mode: model.configuration.suspendMode)

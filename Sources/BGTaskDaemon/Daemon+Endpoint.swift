@@ -130,29 +130,42 @@ extension Daemon {
         isPrivileged(connection) ? nil : connection.credentials.uid
     }
 
-    /// The registered app containing `pid`, checked for access. A process the caller may
-    /// not manage is refused the same way whether it is an app or not: whether another
-    /// user's process is an app is not the caller's to learn.
-    func managedApp(pid: Int32, by connection: Connection, register: Bool, at now: Instant,
+    /// The app a manager names, checked for access; registered first if `register` and it
+    /// is not an app yet. A process the caller may not manage is refused the same way
+    /// whether it is an app or not: whether another user's process is an app is not the
+    /// caller's to learn.
+    func managedApp(_ target: AppTarget, by connection: Connection, register: Bool, at now: Instant,
                     effects: inout [Effect]) throws -> ProcessIdentity {
-        let target = try resolver.resolve(pid: pid)
-        guard mayManage(connection, appUID: target.description.uid) else { throw VarlinkError.permissionDenied }
-        callPidfds[target.description.identity] = target.pidfd
-        if let app = model.app(containing: target.description) { return app }
-        guard register else { throw BGTaskError.noSuchApp(pid) }
-        return try model.register(target.description, privileged: isPrivileged(connection), at: now, effects: &effects)
+        let resolved: ProcessResolver.Resolved
+        switch target {
+        case let .pid(pid):
+            resolved = try resolver.resolve(pid: pid)
+        case let .unit(name):
+            let path = try unitPath(named: name)
+            if let app = model.app(unit: path), let uid = model.owner(of: app) {
+                guard mayManage(connection, appUID: uid) else { throw VarlinkError.permissionDenied }
+                return app
+            }
+            guard register else { throw BGTaskError.noSuchUnit(name) }
+            resolved = try mainProcess(ofUnit: path, named: name)
+        }
+        guard mayManage(connection, appUID: resolved.description.uid) else { throw VarlinkError.permissionDenied }
+        callPidfds[resolved.description.identity] = resolved.pidfd
+        if let app = model.app(containing: resolved.description) { return app }
+        guard register else { throw BGTaskError.noSuchApp(resolved.description.identity.pid) }
+        return try model.register(resolved.description, privileged: isPrivileged(connection), at: now, effects: &effects)
     }
 
     func managerCall(_ call: VarlinkCall, _ member: String, on connection: Connection, at now: Instant,
                      effects: inout [Effect]) throws -> Answer {
         switch member {
         case "SetAppState":
-            let parameters = try Parameters(call.parameters, allowed: ["pid", "state"])
-            let pid = try parameters.pid()
+            let parameters = try Parameters(call.parameters, allowed: ["pid", "unit", "state"])
+            let target = try parameters.target()
             guard let state = AppState(rawValue: try parameters.string("state")),
                   state == .foreground || state == .background else { throw VarlinkError.invalidParameter("state") }
             try requireWritableState()
-            let app = try managedApp(pid: pid, by: connection, register: true, at: now, effects: &effects)
+            let app = try managedApp(target, by: connection, register: true, at: now, effects: &effects)
             let snapshot = try model.setState(of: app, to: state, at: now, effects: &effects)
             return .reply(VarlinkReply(parameters: ["app": Wire.app(snapshot)]))
         case "ListApps":
@@ -160,11 +173,10 @@ extension Daemon {
             let apps = model.listApps(ownedBy: visibleUID(connection), at: now)
             return .listing(ListingReply(key: "apps", count: apps.count) { Wire.app(apps[$0]) })
         case "ListTasks":
-            let parameters = try Parameters(call.parameters, allowed: ["pid"])
+            let parameters = try Parameters(call.parameters, allowed: ["pid", "unit"])
             var app: ProcessIdentity?
-            if let pid = try parameters.optionalInt("pid") {
-                guard pid > 0, pid <= Int64(Int32.max) else { throw VarlinkError.invalidParameter("pid") }
-                app = try managedApp(pid: Int32(pid), by: connection, register: false, at: now, effects: &effects)
+            if let target = try parameters.optionalTarget() {
+                app = try managedApp(target, by: connection, register: false, at: now, effects: &effects)
             }
             let tasks = model.listTasks(of: app, ownedBy: visibleUID(connection), at: now)
             return .listing(ListingReply(key: "tasks", count: tasks.count) { Wire.task(tasks[$0]) })
@@ -193,10 +205,10 @@ extension Daemon {
             monitors.append(connection.id)
             return .reply(VarlinkReply(parameters: ["event": .string("monitoring")], continues: true))
         case "Terminate":
-            let parameters = try Parameters(call.parameters, allowed: ["pid"])
-            let pid = try parameters.pid()
+            let parameters = try Parameters(call.parameters, allowed: ["pid", "unit"])
+            let target = try parameters.target()
             try requireWritableState()
-            let app = try managedApp(pid: pid, by: connection, register: false, at: now, effects: &effects)
+            let app = try managedApp(target, by: connection, register: false, at: now, effects: &effects)
             try model.terminate(app, at: now, effects: &effects)
             return .reply(VarlinkReply())
         case "Reload":

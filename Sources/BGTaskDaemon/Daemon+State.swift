@@ -13,11 +13,18 @@ extension Daemon {
         for problem in loaded.problems { log(.warning, problem) }
         for entry in loaded.history { history.append(entry) }
         var effects: [Effect] = []
-        model.restore(loaded.state, at: now, effects: &effects)
+        var saved = loaded.state
+        saved.reidentify { process in
+            guard process.inode == 0, let pidfd = try? Pidfd.open(pid: process.pid), pidfd.startTime == process.startTime
+            else { return process }
+            return ProcessIdentity(pid: process.pid, startTime: process.startTime, inode: pidfd.inode)
+        }
+        model.restore(saved, at: now, effects: &effects)
         _ = model.takeChanges()
         writeState()
         for case let .watch(process) in effects {
-            guard let pidfd = try? Pidfd.open(pid: process.pid), pidfd.startTime == process.startTime else { continue }
+            guard let pidfd = try? Pidfd.open(pid: process.pid), pidfd.startTime == process.startTime,
+                  pidfd.inode == process.inode else { continue }
             guard let saved = model.owner(of: process),
                   (try? ProcStatus.uids(pid: process.pid))?.effective == saved else {
                 log(.warning, "pid \(process.pid) in \(stateFile.path) is not the process saved there (its uid changed); leaving it alone")
@@ -31,6 +38,7 @@ extension Daemon {
         // SIGSTOP left it so, unless someone continued it), and what it says is not, is not
         // (a crash between a resume's record and its SIGCONT would leave it stopped).
         for app in model.listApps(at: now) {
+            enforcer.adopt(app.identity, unitPath: app.unit)
             if app.state == .suspended {
                 enforcer.suspend(app.identity, uid: app.uid, command: app.command, mode: model.configuration.suspendMode)
             } else if enforcer.isStopped(app.identity, uid: app.uid) {
@@ -95,6 +103,7 @@ extension Daemon {
         // The suspensions held back, of apps still suspended.
         for app in deferredSuspensions.sorted(by: { $0.pid < $1.pid }) {
             guard let snapshot = model.snapshot(of: app, at: now), snapshot.state == .suspended else { continue }
+            enforcer.adopt(app, unitPath: snapshot.unit)
             enforcer.suspend(app, uid: snapshot.uid, command: snapshot.command, mode: model.configuration.suspendMode)
         }
         deferredSuspensions.removeAll()

@@ -1,9 +1,9 @@
 import BGTaskCore
 import BGTaskSystem
 
-/// Suspends, resumes and terminates whole apps — the app's process and every descendant —
-/// through the cgroup v2 freezer when the app has a cgroup of its own, else with signals
-/// sent through pidfds. Nothing here waits: freezer confirmation, stray-`SIGCONT` checks and
+/// Suspends, resumes and terminates whole apps — a unit app's whole cgroup; a process app's
+/// process and every descendant — through the cgroup v2 freezer when the app has a cgroup of
+/// its own, else with signals sent through pidfds. Nothing here waits: freezer confirmation, stray-`SIGCONT` checks and
 /// fallbacks are driven by one timer on the loop.
 ///
 /// The daemon holds `CAP_KILL`, and no user may borrow it: an app of an unprivileged uid
@@ -36,6 +36,9 @@ final class Enforcer {
     /// The pidfd the daemon has held for the app's own process since it registered:
     /// every tree walk starts from it, never from a bare pid.
     let root: (ProcessIdentity) -> Pidfd?
+    /// The cgroup of each unit app acted on, as the action said (`adopt`): the model may
+    /// have forgotten the app by the time an action is carried out.
+    private var units: [ProcessIdentity: Cgroup] = [:]
     let ownPID = Host.pid
     var suspended: [ProcessIdentity: (method: Method, command: String, uid: UInt32)] = [:]
     var pendingFreezes: [ProcessIdentity: PendingFreeze] = [:]
@@ -55,6 +58,15 @@ final class Enforcer {
     }
 
     // MARK: Actions
+
+    /// Notes what `app` is before acting on it: the unit cgroup at `unitPath` for a unit app
+    /// (every process in it is the app's), `nil` for a process app (its tree).
+    func adopt(_ app: ProcessIdentity, unitPath: String?) {
+        units[app] = unitPath.flatMap(Cgroup.at(path:))
+    }
+
+    /// The cgroup a unit app is; `nil` for a process app.
+    func unit(_ app: ProcessIdentity) -> Cgroup? { units[app] }
 
     func suspend(_ app: ProcessIdentity, uid: UInt32, command: String, mode: SuspendMode) {
         defer { reportExcluded(app, command: command, action: "suspended") }
@@ -128,8 +140,12 @@ final class Enforcer {
         }
     }
 
-    /// The app is gone: nothing is left to resume.
+    /// The app's own process is gone: nothing is left to resume, except what a frozen
+    /// cgroup would keep frozen with nobody left to thaw it (the rest of a unit).
     func forget(_ app: ProcessIdentity) {
+        if case let .freezer(cgroup)? = suspended[app]?.method { try? cgroup.setFrozen(false) }
+        if let pending = pendingFreezes[app] { try? pending.cgroup.setFrozen(false) }
+        units[app] = nil
         suspended[app] = nil
         pendingFreezes[app] = nil
         armTimer()
@@ -160,11 +176,11 @@ final class Enforcer {
         var text: String { if case let .reason(text) = self { text } else { "" } }
     }
 
-    /// The app's cgroup if every process in it (and below it) belongs to the app, every
-    /// process of the app is in it, and (for an unprivileged owner) it is delegated to the
-    /// owner: what the owner could freeze itself.
+    /// The app's cgroup — a unit app's unit; a process app's cgroup if every process in it
+    /// (and below it) belongs to the app and every process of the app is in it — if (for an
+    /// unprivileged owner) it is delegated to the owner: what the owner could freeze itself.
     func ownCgroup(of app: ProcessIdentity, uid: UInt32, tree: [Pidfd]) -> Result<Cgroup, NotOwn> {
-        guard Cgroup.mountPoint != nil, let cgroup = Cgroup.of(pid: app.pid) else {
+        guard Cgroup.mountPoint != nil, let cgroup = unit(app) ?? Cgroup.of(pid: app.pid) else {
             return .failure(.reason("no cgroup v2 hierarchy"))
         }
         guard !cgroup.isRoot else { return .failure(.reason("it is in the root cgroup")) }
@@ -176,8 +192,9 @@ final class Enforcer {
         guard let members = try? cgroup.processes() else {
             return .failure(.reason("cannot read \(cgroup.directory)/cgroup.procs"))
         }
-        let tree = Set(tree.map(\.pid))
         if members.contains(ownPID) { return .failure(.reason("it shares \(cgroup.directory) with bgtaskd")) }
+        if unit(app) != nil { return .success(cgroup) }  // the unit is the app, whatever is in it
+        let tree = Set(tree.map(\.pid))
         if let stranger = members.first(where: { !tree.contains($0) }) {
             return .failure(.reason("it shares \(cgroup.directory) with pid \(stranger), which is not part of the app"))
         }
@@ -221,13 +238,15 @@ final class Enforcer {
 
     // MARK: Signals
 
-    /// The app's processes, each held by a pidfd; empty once its own process is gone. For an
-    /// unprivileged owner, only those it could signal itself (the others are noted in
-    /// `excluded`, for one log line per action).
+    /// The app's processes, each held by a pidfd: a unit app's whole cgroup, a process app's
+    /// tree (empty once its own process is gone). For an unprivileged owner, only those it
+    /// could signal itself (the others are noted in `excluded`, for one log line per action).
     func members(of app: ProcessIdentity, uid: UInt32) -> [Pidfd] {
         guard let root = root(app) else { return [] }
         var left: [Int32] = []
-        let members = ProcessTree.members(of: root, owner: uid == 0 ? nil : uid, excluded: &left)
+        let owner = uid == 0 ? nil : uid
+        let members = unit(app).map { ProcessTree.members(of: $0, owner: owner, excluded: &left) }
+            ?? ProcessTree.members(of: root, owner: owner, excluded: &left)
         excluded.formUnion(left)
         return members.filter { $0.pid != ownPID }
     }

@@ -5,6 +5,8 @@ import BGTaskSystem
 /// a pidfd for it. Refuses pid 1, the daemon itself and kernel threads (rule 1).
 struct ProcessResolver {
     let ownPID = Host.pid
+    /// The daemon's own unit, never an app (`nil` outside one).
+    let ownUnit = Cgroup.of(pid: Host.pid).flatMap { AppUnit.of(cgroupPath: $0.path, daemonUnit: nil) }
     /// Ancestor walks stop here; real trees are far shallower.
     static let maximumDepth = 128
 
@@ -50,25 +52,28 @@ struct ProcessResolver {
         guard !stat.isKernelThread else {
             throw .invalidParameter("pid \(pid) is a kernel thread")
         }
-        let identity = ProcessIdentity(pid: pid, startTime: stat.startTime)
+        let identity = ProcessIdentity(pid: pid, startTime: stat.startTime, inode: pidfd.inode)
         // The name is the process's own choice (PR_SET_NAME): escaped once, here, it is safe
         // in every table, event and log line.
+        let unit = Cgroup.of(pid: pid).flatMap { AppUnit.of(cgroupPath: $0.path, daemonUnit: ownUnit) }
         let description = ProcessDescription(identity: identity, uid: uid, command: stat.command.cEscaped,
-                                             ancestors: ancestors(of: stat, uid: uid))
+                                             ancestors: ancestors(of: stat, uid: uid), unit: unit)
         return Resolved(description: description, pidfd: pidfd)
     }
 
     /// Parent first, up to (not including) pid 1, and only while they run as `uid`: a
     /// process of another uid is never part of an app (DESIGN.md §3), so a child that
     /// switched user cannot act for its parent's app. A parent that started after its child
-    /// is a recycled pid read mid-race; the walk stops there.
+    /// is a recycled pid read mid-race; the walk stops there. Each is named as the model
+    /// names apps, by a pidfd held while its start time is read.
     func ancestors(of stat: ProcStat, uid: UInt32) -> [ProcessIdentity] {
         var result: [ProcessIdentity] = []
         var current = stat
         while current.parentPID > 1, result.count < Self.maximumDepth,
-              let parent = try? ProcStat.read(pid: current.parentPID), parent.startTime <= current.startTime,
+              let pidfd = try? Pidfd.open(pid: current.parentPID), pidfd.startTime <= current.startTime,
+              let parent = try? ProcStat.read(pid: pidfd.pid), parent.startTime == pidfd.startTime,
               (try? ProcStatus.effectiveUID(pid: parent.pid)) == uid {
-            result.append(ProcessIdentity(pid: parent.pid, startTime: parent.startTime))
+            result.append(ProcessIdentity(pid: parent.pid, startTime: parent.startTime, inode: pidfd.inode))
             current = parent
         }
         return result

@@ -159,7 +159,9 @@ final class StateFile {
         let start = pending.count
         func flag(_ value: Bool) { value ? raw("true") : raw("false") }
         func identity(_ process: ProcessIdentity) {
-            raw("{\"pid\":"); number(Int64(process.pid))
+            raw("{")
+            if process.inode != 0 { raw("\"ino\":"); number(Int64(bitPattern: process.inode)); raw(",") }
+            raw("\"pid\":"); number(Int64(process.pid))
             raw(",\"start\":"); number(Int64(bitPattern: process.startTime)); raw("}")
         }
         raw("{\"task\":{\"ageWarned\":"); flag(task.ageWarned)
@@ -249,13 +251,17 @@ final class StateFile {
     }()
 
     static func fields(_ process: ProcessIdentity) -> [String: JSON] {
-        ["pid": .int(Int64(process.pid)), "start": .int(Int64(bitPattern: process.startTime))]
+        var object: [String: JSON] = ["pid": .int(Int64(process.pid)), "start": .int(Int64(bitPattern: process.startTime))]
+        if process.inode != 0 { object["ino"] = .int(Int64(bitPattern: process.inode)) }
+        return object
     }
 
     static func encode(_ app: SavedApp) -> JSON {
         var object = fields(app.identity)
         object["uid"] = .int(Int64(app.uid))
         object["command"] = .string(app.command)
+        if let unit = app.unit { object["unit"] = .string(unit) }
+        object["containment"] = .string(app.containment.rawValue)
         object["state"] = .string(app.state.rawValue)
         if let phase = app.phase { object["phase"] = .string(phase.rawValue) }
         if let deadline = app.deadline { object["deadline"] = .int(deadline.nanoseconds) }
@@ -306,6 +312,18 @@ final class StateFile {
         return text.containsControlCharacters ? text.cEscaped : text
     }
 
+    /// A unit's cgroup path, checked as when it was found: the file is trusted no further.
+    static func optionalUnit(_ value: JSON?) throws -> String? {
+        guard let value else { return nil }
+        let path = try string(value)
+        guard path.hasPrefix("/"), path.utf8.count <= 4096, !path.containsControlCharacters,
+              !path.split(separator: "/").contains(".."),
+              AppUnit.of(cgroupPath: path, daemonUnit: nil) == path else {
+            throw Malformed(description: "'\(path.cEscaped)' is not a unit's cgroup path")
+        }
+        return path
+    }
+
     static func instant(_ value: JSON?) throws -> Instant { Instant(nanoseconds: try int(value)) }
 
     static func optionalInstant(_ value: JSON?) throws -> Instant? {
@@ -321,7 +339,9 @@ final class StateFile {
     static func identity(_ value: JSON?) throws -> ProcessIdentity {
         let pid = try int(value?["pid"])
         guard pid > 1, pid <= Int64(Int32.max) else { throw Malformed(description: "pid \(pid) out of range") }
-        return ProcessIdentity(pid: Int32(pid), startTime: UInt64(bitPattern: try int(value?["start"])))
+        // Files written before pidfs identities have no "ino": 0, filled in on restore.
+        let inode = value?["ino"] == nil ? 0 : UInt64(bitPattern: try int(value?["ino"]))
+        return ProcessIdentity(pid: Int32(pid), startTime: UInt64(bitPattern: try int(value?["start"])), inode: inode)
     }
 
     static func uid(_ value: JSON?) throws -> UInt32 {
@@ -332,6 +352,8 @@ final class StateFile {
 
     static func app(_ value: JSON) throws -> SavedApp {
         SavedApp(identity: try identity(value), uid: try uid(value["uid"]), command: try command(value["command"]),
+                 unit: try optionalUnit(value["unit"]),
+                 containment: value["containment"] == nil ? .tree : try Self.value(Containment.self, value["containment"]),
                  state: try Self.value(AppState.self, value["state"]),
                  phase: value["phase"] == nil ? nil : try Self.value(BackgroundPhase.self, value["phase"]),
                  deadline: try optionalInstant(value["deadline"]),

@@ -11,6 +11,8 @@ enum Wire {
     static func app(_ app: AppSnapshot) -> JSON {
         .object([
             "pid": .int(Int64(app.identity.pid)), "uid": .int(Int64(app.uid)), "command": .string(app.command),
+            "unit": app.unit.map { .string(AppUnit.name(ofPath: $0)) } ?? .null,
+            "containment": .string(app.containment.rawValue),
             "state": .string(app.state.rawValue), "phase": app.phase.map { .string($0.rawValue) } ?? .null,
             "tasks": .int(Int64(app.taskCount)), "backgroundTimeRemaining": seconds(app.backgroundTimeRemaining),
             "subscribed": .bool(app.subscribed),
@@ -107,6 +109,24 @@ struct Parameters {
         return bool
     }
 
+    /// Which app a manager names: exactly one of `pid` and `unit`.
+    func target() throws(VarlinkError) -> AppTarget {
+        guard let target = try optionalTarget() else { throw .invalidParameter("pid") }
+        return target
+    }
+
+    /// Which app a manager names, if any: `pid` or `unit`, not both.
+    func optionalTarget() throws(VarlinkError) -> AppTarget? {
+        switch (try optionalInt("pid"), try optionalString("unit")) {
+        case let (pid?, nil):
+            guard pid > 0, pid <= Int64(Int32.max) else { throw .invalidParameter("pid") }
+            return .pid(Int32(pid))
+        case let (nil, unit?): return .unit(unit)
+        case (nil, nil): return nil
+        case (_?, _?): throw .invalidParameter("unit")  // one or the other
+        }
+    }
+
     /// A pid parameter: a positive 32-bit integer.
     func pid(_ name: String = "pid") throws(VarlinkError) -> Int32 {
         let value = try int(name)
@@ -123,8 +143,16 @@ extension BGTaskError {
         case .noBackgroundTime: VarlinkError(varlinkName)
         case let .limitExceeded(limit): VarlinkError(varlinkName, parameters: ["limit": .string(limit)])
         case let .noSuchApp(pid): VarlinkError(varlinkName, parameters: ["pid": .int(Int64(pid))])
+        case let .noSuchUnit(unit): VarlinkError(varlinkName, parameters: ["unit": .string(unit)])
         case let .invalidParameter(what): VarlinkError(varlinkName, parameters: ["parameter": .string(what)])
         case let .stateNotWritable(path): VarlinkError(varlinkName, parameters: ["path": .string(path)])
         }
     }
+}
+
+/// How a manager names an app: by a process of it, or by its unit (a unit name such as
+/// `app-foo.scope`, or the unit's cgroup path).
+enum AppTarget {
+    case pid(Int32)
+    case unit(String)
 }

@@ -52,6 +52,39 @@ public struct Cgroup: Equatable, Sendable {
     /// Whether this is the root of the hierarchy (never frozen: it holds everything).
     public var isRoot: Bool { directory == Cgroup.mountPoint }
 
+    /// The path below the mount point, as `/proc/PID/cgroup` shows it (`/` for the root).
+    public var path: String {
+        guard let root = Cgroup.mountPoint, directory.hasPrefix(root) else { return directory }
+        let rest = String(directory.dropFirst(root.count))
+        return rest.isEmpty ? "/" : rest
+    }
+
+    /// The cgroup at `path` below the mount point; `nil` without cgroup v2.
+    public static func at(path: String) -> Cgroup? {
+        mountPoint.map { Cgroup(directory: path == "/" ? $0 : $0 + path) }
+    }
+
+    /// Whether this cgroup is `other` or below it.
+    public func isWithin(_ other: Cgroup) -> Bool {
+        directory == other.directory || directory.hasPrefix(other.directory + "/")
+    }
+
+    /// Every directory named `name` in the hierarchy, breadth first, looking at no more than
+    /// `limit` directories: how a unit's cgroup is found without asking systemd.
+    public static func find(named name: String, limit: Int = 100_000) -> [Cgroup] {
+        guard let root = mountPoint else { return [] }
+        var queue = [root], index = 0, found: [Cgroup] = []
+        while index < queue.count, index < limit {
+            let directory = queue[index]
+            index += 1
+            for child in Cgroup(directory: directory).subdirectories() {
+                if child.hasSuffix("/" + name) { found.append(Cgroup(directory: child)) }
+                if queue.count < limit { queue.append(child) }
+            }
+        }
+        return found
+    }
+
     /// The pids in this cgroup and every cgroup below it.
     public func processes() throws(Errno) -> [Int32] {
         var pids: [Int32] = []

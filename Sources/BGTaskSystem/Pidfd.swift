@@ -9,11 +9,28 @@ public final class Pidfd: @unchecked Sendable {
     public let pid: Int32
     /// The process's start time (clock ticks after boot), read while the pidfd was held.
     public let startTime: UInt64
+    /// The pidfd's inode on pidfs (Linux ≥ 6.9): unique per process for the boot, so two
+    /// processes on one pid never share it, even when they started within one clock tick.
+    /// 0 on older kernels, where every pidfd is the same anonymous inode.
+    public let inode: UInt64
 
     private init(descriptor: FileDescriptor, pid: Int32, startTime: UInt64) {
         self.descriptor = descriptor
         self.pid = pid
         self.startTime = startTime
+        self.inode = Self.pidfsInode(descriptor)
+    }
+
+    /// `PIDFS_MAGIC` from `<linux/magic.h>`.
+    static let pidfsMagic = 0x5049_4446
+
+    /// `fstatfs(2)` says whether the pidfd lives on pidfs; `fstat(2)` gives its inode.
+    private static func pidfsInode(_ descriptor: FileDescriptor) -> UInt64 {
+        var fs = statfs()
+        var st = stat()
+        guard fstatfs(descriptor.rawValue, &fs) == 0, Int(fs.f_type) == pidfsMagic,
+              fstat(descriptor.rawValue, &st) == 0 else { return 0 }
+        return UInt64(st.st_ino)
     }
 
     /// Opens a pidfd for `pid` and reads its start time. `ESRCH` if there is no such process.

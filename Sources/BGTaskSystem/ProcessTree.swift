@@ -47,6 +47,23 @@ public enum ProcessTree {
         return result
     }
 
+    /// Every process in `cgroup` and below it, each held by a pidfd and found in the cgroup
+    /// again once held (so a pid recycled meanwhile is not taken for a member); with `owner`,
+    /// only those that uid may signal itself, the others listed in `excluded`.
+    public static func members(of cgroup: Cgroup, owner: UInt32?, excluded: inout [Int32]) -> [Pidfd] {
+        var result: [Pidfd] = []
+        for pid in (try? cgroup.processes()) ?? [] where pid > 1 {
+            guard let pidfd = try? Pidfd.open(pid: pid), let current = Cgroup.of(pid: pid),
+                  current.isWithin(cgroup), !pidfd.hasExited else { continue }
+            if let owner, !belongs(pid, to: owner) {
+                excluded.append(pid)
+                continue
+            }
+            result.append(pidfd)
+        }
+        return result
+    }
+
     /// Whether `owner` could signal `pid` itself (unknown uids count as no).
     static func belongs(_ pid: Int32, to owner: UInt32) -> Bool {
         (try? ProcStatus.uids(pid: pid))?.signallable(by: owner) ?? false

@@ -12,6 +12,7 @@
 #include <sys/random.h>
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
+#include <sys/vfs.h>
 #include <spawn.h>
 
 /* Linux 6.5+; Debian 12's headers predate it. */

@@ -14,12 +14,17 @@ struct Context {
     Verbs:
       status                 daemon summary and the apps table
       apps                   list apps
-      tasks [PID]            list active background tasks (of the app containing PID)
+      tasks [PID|--unit NAME]
+                             list active background tasks (of the app containing PID,
+                             or of the unit app NAME)
       history                suspensions, resumptions and terminations
       monitor                print events as they happen, until interrupted
-      background PID         move the app containing PID to the background
-      foreground PID         bring the app containing PID to the foreground
-      terminate PID          terminate the app containing PID
+      background PID|--unit NAME
+                             move the app containing PID (or the unit NAME) to the background
+      foreground PID|--unit NAME
+                             bring the app to the foreground
+      terminate PID|--unit NAME
+                             terminate the app
       reload                 reload the daemon's configuration
       run [--name NAME] -- CMD...
                              hold a background task while CMD runs; CMD gets SIGTERM when
@@ -55,9 +60,21 @@ func printError(_ text: String) {
 /// A PID argument: a positive integer.
 func pidArgument(_ arguments: [String], verb: String) throws -> Int64 {
     guard arguments.count == 1, let pid = Int64(arguments[0]), pid > 0, pid <= Int64(Int32.max) else {
-        throw UsageError("\(verb) takes one PID")
+        throw UsageError("\(verb) takes one PID or --unit NAME")
     }
     return pid
+}
+
+/// `PID` or `--unit NAME` as call parameters: `{"pid": PID}` or `{"unit": NAME}`.
+func appArgument(_ arguments: [String], verb: String) throws -> [String: JSON] {
+    if arguments.first == "--unit" || arguments.first?.hasPrefix("--unit=") == true {
+        let name = arguments.first == "--unit" ? (arguments.count == 2 ? arguments[1] : nil) : String(arguments[0].dropFirst(7))
+        guard let name, !name.isEmpty, arguments.count == (arguments.first == "--unit" ? 2 : 1) else {
+            throw UsageError("\(verb) takes one PID or --unit NAME")
+        }
+        return ["unit": .string(name)]
+    }
+    return ["pid": .int(try pidArgument(arguments, verb: verb))]
 }
 
 /// Writes a line to standard output at once (no buffering), for live output.

@@ -1,6 +1,6 @@
 import Varlink
 
-/// `bgtaskctl background PID`, `bgtaskctl foreground PID`
+/// `bgtaskctl background PID|--unit NAME`, `bgtaskctl foreground PID|--unit NAME`
 enum StateVerb {
     static func background(_ context: Context, _ arguments: [String]) throws {
         try set(context, arguments, state: "background")
@@ -11,8 +11,9 @@ enum StateVerb {
     }
 
     static func set(_ context: Context, _ arguments: [String], state: String) throws {
-        let pid = try pidArgument(arguments, verb: state)
-        let reply = try context.call("SetAppState", ["pid": .int(pid), "state": .string(state)])
+        var parameters = try appArgument(arguments, verb: state)
+        parameters["state"] = .string(state)
+        let reply = try context.call("SetAppState", parameters)
         if context.json { return context.printJSON(.object(reply)) }
         let app = reply["app"] ?? .null
         print(AppsVerb.table([app]).render(legend: context.legend, noun: "app"), terminator: "")

@@ -1,10 +1,9 @@
 import Varlink
 
-/// `bgtaskctl tasks [PID]`
+/// `bgtaskctl tasks [PID|--unit NAME]`
 enum TasksVerb {
     static func run(_ context: Context, _ arguments: [String]) throws {
-        var parameters: [String: JSON] = [:]
-        if !arguments.isEmpty { parameters["pid"] = .int(try pidArgument(arguments, verb: "tasks")) }
+        let parameters = arguments.isEmpty ? [:] : try appArgument(arguments, verb: "tasks")
         let reply = try context.call("ListTasks", parameters)
         if context.json { return context.printJSON(.object(reply)) }
         var table = Table("ID", "PID", "APP", "NAME", "STATE", "AGE", "HANDLER")

@@ -1,10 +1,9 @@
 import Varlink
 
-/// `bgtaskctl terminate PID`
+/// `bgtaskctl terminate PID|--unit NAME`
 enum TerminateVerb {
     static func run(_ context: Context, _ arguments: [String]) throws {
-        let pid = try pidArgument(arguments, verb: "terminate")
-        let reply = try context.call("Terminate", ["pid": .int(pid)])
+        let reply = try context.call("Terminate", try appArgument(arguments, verb: "terminate"))
         if context.json { context.printJSON(.object(reply)) }
     }
 }

@@ -45,7 +45,9 @@ func explain(_ error: ClientError) -> String {
     guard let varlink = error.varlinkError else { return error.message }
     let parameter = { (key: String) in varlink.parameters[key]?.cell ?? "?" }
     switch varlink.name {
-    case "io.bgtaskd.Manager.NoSuchApp": return "no app contains pid \(parameter("pid"))"
+    case "io.bgtaskd.Manager.NoSuchApp":
+        if let unit = varlink.parameters["unit"]?.stringValue { return "no unit app or unit named \(unit.cEscaped)" }
+        return "no app contains pid \(parameter("pid"))"
     case "org.varlink.service.PermissionDenied": return "permission denied: the app belongs to another user"
     case "org.varlink.service.InvalidParameter": return "invalid parameter: \(parameter("parameter"))"
     case "io.bgtaskd.Manager.InvalidConfiguration": return "configuration not reloaded: \(parameter("message"))"

@@ -62,6 +62,17 @@ import TestSupport
         // could: start times tick at 10 ms, and the new process may share the old one's).
         #expect(ProcessTree.members(of: stale).isEmpty)
         #expect(ProcessTree.members(of: recycled.pidfd).map(\.pid) == [pid])
+        // And the daemon never names the new process as the old one: their pidfs inodes differ.
+        #expect(stale.inode != 0 && recycled.pidfd.inode != stale.inode)
+    }
+
+    /// pidfs (Linux ≥ 6.9, these machines run 6.18): one inode per process, whatever pidfd
+    /// refers to it, and none shared between two processes.
+    @Test func aPidfdsInodeNamesItsProcess() throws {
+        let first = try Spawned("/bin/sleep", ["60"]), second = try Spawned("/bin/sleep", ["60"])
+        let again = try Pidfd.open(pid: first.pid)
+        #expect(first.pidfd.inode != 0, "no pidfs: the kernel is older than 6.9")
+        #expect(again.inode == first.pidfd.inode && second.pidfd.inode != first.pidfd.inode)
     }
 
     @Test func processTreeFindsChildrenAndGrandchildren() throws {

@@ -28,8 +28,9 @@ final class TestDaemon {
     /// (to restart on the same socket) or a fresh temporary one.
     /// With `connecting: false` it is taken as ready from its log ("serving on"), without a
     /// connection: a test can then see what the daemon does before any client comes.
+    /// With `cgroup`, the daemon starts in that cgroup (as under systemd, in a unit of its own).
     init(_ settings: [String] = [], extraArguments: [String] = [], directory reused: String? = nil,
-         connecting: Bool = true) throws {
+         connecting: Bool = true, cgroup: Cgroup? = nil) throws {
         if let reused {
             directory = reused
         } else {
@@ -52,8 +53,14 @@ final class TestDaemon {
                 .filter { $0.contains("serving on") }.count
         }
         let servedBefore = serving()
-        process = try Spawned(Binaries.path("bgtaskd"), arguments, environment: ["PATH=/usr/bin:/bin"] + sanitizers,
-                              standardError: .file(logPath))
+        if let cgroup {
+            let enter = "echo $$ > \(cgroup.directory)/cgroup.procs && exec \"$0\" \"$@\""
+            process = try Spawned("/bin/sh", ["-c", enter, Binaries.path("bgtaskd")] + arguments,
+                                  environment: ["PATH=/usr/bin:/bin"] + sanitizers, standardError: .file(logPath))
+        } else {
+            process = try Spawned(Binaries.path("bgtaskd"), arguments, environment: ["PATH=/usr/bin:/bin"] + sanitizers,
+                                  standardError: .file(logPath))
+        }
         try waitUntil("bgtaskd to answer at \(socketPath)", timeout: 10) {
             if process.hasExited { throw TestFailure("bgtaskd exited during start-up") }
             return connecting ? UnixSocket.isAnswering(path: socketPath) : serving() > servedBefore
@@ -142,8 +149,13 @@ final class Probe {
     /// Every line seen so far, parsed.
     private(set) var lines: [JSON] = []
 
-    init(daemon: TestDaemon, binary: String = "bgtask-probe") throws {
-        process = try Spawned(Binaries.path(binary), ["--socket", daemon.socketPath])
+    convenience init(daemon: TestDaemon, binary: String = "bgtask-probe") throws {
+        try self.init(process: try Spawned(Binaries.path(binary), ["--socket", daemon.socketPath]))
+    }
+
+    /// A probe started some other way (e.g. by a shell that first moved into a cgroup).
+    init(process: Spawned) throws {
+        self.process = process
         _ = try next { $0["ready"] != nil }
     }
 

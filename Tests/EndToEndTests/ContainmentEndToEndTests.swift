@@ -1,0 +1,164 @@
+import BGTaskSystem
+import Glibc
+import Testing
+import TestSupport
+import Varlink
+
+/// A cgroup the test makes, named like a systemd scope so that the daemon takes it for a unit
+/// of its own (as it would `systemd-run --scope`'s). When the test ends, whatever is left in
+/// it (processes the test started) is killed and the cgroup removed.
+final class TestUnit {
+    let name: String
+    let cgroup: Cgroup
+
+    init(_ label: String) throws {
+        name = "bgtaskd-test-\(getpid())-\(label).scope"
+        cgroup = Cgroup(directory: Cgroup.mountPoint! + "/" + name)
+        try systemCall("mkdir(\(cgroup.directory))") { mkdir(cgroup.directory, 0o755) }
+    }
+
+    /// Runs `script` with `/bin/sh` inside the unit.
+    func spawn(_ script: String) throws -> Spawned {
+        try Spawned("/bin/sh", ["-c", "echo $$ > \(cgroup.directory)/cgroup.procs; " + script])
+    }
+
+    /// The processes in the unit, each held by a pidfd.
+    func members() throws -> [Pidfd] {
+        try cgroup.processes().compactMap { try? Pidfd.open(pid: $0) }
+    }
+
+    deinit {
+        try? cgroup.setFrozen(false)
+        try? cgroup.kill()
+        try? waitUntil("\(name) empty") { try cgroup.processes().isEmpty }
+        rmdir(cgroup.directory)
+    }
+}
+
+/// Apps that cannot escape (DESIGN.md §2a): a unit app is its whole cgroup, whatever the
+/// parent of each process — double-forked and `setsid` workers included — named by unit by
+/// managers. Cgroups are made by the tests, named like scopes; no systemd is needed.
+@Suite(.serialized, .enabled(if: Capabilities.cgroupsWritable, "needs a writable cgroup v2 hierarchy (root)"))
+struct ContainmentEndToEndTests {
+    /// A double-forked worker and a `setsid` one, both re-parented out of the app's tree.
+    static let workers = "(sleep 600 &); (setsid sleep 600 &); "
+
+    static func isRunning(_ pid: Int32) -> Bool { !["T", "t", "Z", "X"].contains(processState(pid)) }
+
+    /// A three-process app in `unit` that never calls the daemon: a sleeper and its two
+    /// escaped workers, each held by a pidfd.
+    static func sleeperWithWorkers(in unit: TestUnit) throws -> (Spawned, [Pidfd]) {
+        let app = try unit.spawn(workers + "echo ready; exec sleep 600")
+        try app.expectLine("ready")
+        try waitUntil("three processes in the unit") { try unit.cgroup.processes().count == 3 }
+        return (app, try unit.members())
+    }
+
+    @Test func escapedWorkersOfAUnitAppAreFrozenThawedAndKilledWithIt() throws {
+        let unit = try TestUnit("escape")
+        let daemon = try TestDaemon(["BackgroundTimeSec=1s", "ExpirationWarningSec=0"])
+        let probe = try Probe(process: try unit.spawn(Self.workers + "exec \(Binaries.path("bgtask-probe")) --socket \(daemon.socketPath)"))
+        try waitUntil("the probe and two workers in the unit") { try unit.cgroup.processes().count == 3 }
+        let members = try unit.members()
+        #expect(ProcessTree.members(of: members.first { $0.pid == probe.pid }!).count == 1)  // the workers left its tree
+        try probe.call("remaining")  // registers the app
+        let app = try #require(try daemon.app(probe.pid))
+        #expect(app["unit"]?.stringValue == unit.name && app["containment"] == "unit")
+
+        try daemon.setState(probe.pid, "background")
+        try waitUntil("the unit frozen") { try unit.cgroup.isFrozen() }
+        #expect(members.allSatisfy { Cgroup.of(pid: $0.pid) == unit.cgroup })
+        try daemon.setState(probe.pid, "foreground")
+        try waitUntil("the unit thawed") { try !unit.cgroup.isFrozen() }
+        try waitUntil("every process running") { members.allSatisfy { Self.isRunning($0.pid) } }
+
+        _ = try probe.begin("held")
+        try waitUntil("the task granted") { try daemon.tasks().first?["state"] == "granted" }
+        try daemon.setState(probe.pid, "background")  // held past the deadline: terminated
+        try waitUntil("every process gone, workers too", timeout: 10) { members.allSatisfy(\.hasExited) }
+        #expect(try daemon.history().last?["reason"] == "assertionsBeyondPermittedTime")
+    }
+
+    @Test func aDoubleForkedWorkerBeginsTasksForItsUnitApp() throws {
+        let unit = try TestUnit("worker")
+        let daemon = try TestDaemon()
+        let probe = try Probe(process: try unit.spawn("exec \(Binaries.path("bgtask-probe")) --socket \(daemon.socketPath)"))
+        _ = try probe.begin("main")
+        // A worker started in the unit by another shell, double-forked: not the app's child.
+        let worker = """
+        import json, socket, sys, time
+        s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
+        s.sendall(b'{"method":"io.bgtaskd.App.BeginTask","parameters":{"name":"worker"}}\\0')
+        reply = b""
+        while not reply.endswith(b"\\0"): reply += s.recv(4096)
+        print(json.dumps({"worker": json.loads(reply[:-1])}), flush=True)
+        time.sleep(600)
+        """
+        let shell = try unit.spawn("(python3 -c '\(worker.replacingOccurrences(of: "'", with: "'\\''"))' \(daemon.socketPath) &); echo started")
+        try shell.expectLine("started")
+        let answer = try #require(try shell.readLine(timeout: 10))
+        #expect(try JSON.parse(answer)["worker"]?["parameters"]?["taskId"]?.intValue != nil)
+        let apps = try daemon.apps()
+        #expect(apps.count == 1 && apps.first?["tasks"] == 2 && apps.first?["pid"]?.intValue == Int64(probe.pid))
+        #expect(try daemon.tasks().map { $0["appPid"]?.intValue } == [Int64(probe.pid), Int64(probe.pid)])
+        let (code, listed) = try daemon.ctl(["--json", "tasks", "--unit", unit.name])
+        let listedTasks = try JSON.parse(listed)["tasks"]?.arrayValue
+        #expect(code == 0 && listedTasks?.count == 2)
+    }
+
+    @Test func bgtaskctlNamesAUnitThatNeverCalledTheDaemon() throws {
+        let unit = try TestUnit("named")
+        let daemon = try TestDaemon()
+        let (app, members) = try Self.sleeperWithWorkers(in: unit)
+        var (code, output) = try daemon.ctl(["background", "--unit", unit.name])
+        #expect(code == 0, "\(output)")
+        try waitUntil("the unit frozen") { try unit.cgroup.isFrozen() }
+        (code, output) = try daemon.ctl(["apps"])
+        #expect(output.contains(unit.name) && output.contains(" unit "), "\(output)")
+        #expect(try daemon.app(app.pid)?["unit"]?.stringValue == unit.name)  // named after its oldest process
+        (code, output) = try daemon.ctl(["foreground", "--unit", "/" + unit.name])  // by cgroup path too
+        #expect(code == 0, "\(output)")
+        try waitUntil("the unit thawed") { try !unit.cgroup.isFrozen() }
+        (code, output) = try daemon.ctl(["terminate", "--unit", unit.name])
+        #expect(code == 0, "\(output)")
+        try waitUntil("every process gone") { members.allSatisfy(\.hasExited) }
+    }
+
+    @Test func aFrozenUnitAppIsStillItsUnitAfterARestart() throws {
+        let unit = try TestUnit("restart")
+        let daemon = try TestDaemon()
+        let (app, members) = try Self.sleeperWithWorkers(in: unit)
+        #expect(try daemon.ctl(["background", "--unit", unit.name]).0 == 0)
+        try waitUntil("the unit frozen") { try unit.cgroup.isFrozen() }
+        try daemon.crash()
+        let restarted = try daemon.restart()
+        let restored = try #require(try restarted.app(app.pid))
+        #expect(restored["unit"]?.stringValue == unit.name && restored["containment"] == "unit")
+        let frozen = try unit.cgroup.isFrozen()
+        #expect(restored["state"] == "suspended" && frozen)
+        #expect(try restarted.ctl(["foreground", "--unit", unit.name]).0 == 0)
+        try waitUntil("the unit thawed") { try !unit.cgroup.isFrozen() }
+        try waitUntil("every process running") { members.allSatisfy { Self.isRunning($0.pid) } }
+    }
+
+    @Test func unitsThatAreNotAppsAreRefusedAndNothingIsFrozen() throws {
+        let own = try TestUnit("daemon")
+        let daemon = try TestDaemon(cgroup: own.cgroup)
+        try waitUntil("the daemon in its unit") { Cgroup.of(pid: daemon.process.pid) == own.cgroup }
+        let victim = try TestUnit("victim")
+        let app = try victim.spawn("echo ready; exec sleep 600")
+        try app.expectLine("ready")
+        for name in ["init.scope", "user.slice", "-.slice", "session-2.scope", "user@0.service", own.name, "../x.scope", ""] {
+            let (code, output) = try daemon.ctl(["background", "--unit", name])
+            #expect(code != 0 && (output.contains("invalid parameter: unit") || output.contains("takes one PID")), "\(name): \(output)")
+        }
+        let (code, output) = try daemon.ctl(["background", "--unit", "bgtaskd-test-nonexistent.scope"])
+        #expect(code != 0 && output.contains("no unit app or unit named"), "\(output)")
+        // Another user's unit: refused as for a pid, and left alone.
+        let (denied, refusal) = try daemon.ctl(["background", "--unit", victim.name], asUser: 65534)
+        #expect(denied != 0 && refusal.contains("permission denied"), "\(refusal)")
+        #expect(try !own.cgroup.isFrozen() && !(try victim.cgroup.isFrozen()))
+        #expect(try daemon.apps().isEmpty)
+        #expect(Self.isRunning(app.pid) && !daemon.process.hasExited)
+    }
+}
