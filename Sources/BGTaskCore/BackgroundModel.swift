@@ -125,6 +125,9 @@ public struct BackgroundModel {
     /// The cgroup path of the unit `app` is, for a unit app.
     public func unit(of app: ProcessIdentity) -> String? { apps[app]?.unit }
 
+    /// How `app`'s processes are held together; `nil` if it is not an app.
+    public func containment(of app: ProcessIdentity) -> Containment? { apps[app]?.containment }
+
     /// The app containing `process`, registering the process as a new foreground app when
     /// none does (rule 1). `privileged`: asked by root or `ManagerGroup`, who are held to
     /// `MaxApps` alone; everyone else also to `MaxAppsPerUser` and to `MaxApps` less the
@@ -157,7 +160,9 @@ public struct BackgroundModel {
         insertApp(AppRecord(identity: identity, uid: process.uid, command: process.command, unit: unit,
                             containment: unit == nil ? processContainment : .unit))
         settleWatch(identity, before: watched, effects: &effects)
-        let containment = unit.map { "as unit \(AppUnit.name(ofPath: $0))" } ?? "(containment \(processContainment.rawValue))"
+        let containment = unit.map { "as unit \(AppUnit.name(ofPath: $0))" }
+            ?? (processContainment == .tree ? "(containment tree: a process that re-parents, by a double fork or setsid, escapes it)"
+                : "(containment \(processContainment.rawValue))")
         effects.append(.log(.app(.appRegistered, .info, identity, command: process.command,
                                  "registered in the foreground \(containment)")))
         return identity

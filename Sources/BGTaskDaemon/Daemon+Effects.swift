@@ -51,6 +51,7 @@ extension Daemon {
                 watch(process)
             case let .unwatch(process):
                 watches[process] = nil
+                tracker?.stop(process)
             case let .log(entry):
                 log(entry)
             }
@@ -86,10 +87,14 @@ extension Daemon {
             return
         }
         watches[process] = (pidfd, source)
+        if model.containment(of: process) == .tracked {
+            tracker?.follow(process, current: ProcessTree.members(of: pidfd).map(\.pid))
+        }
     }
 
     func processExited(_ process: ProcessIdentity) {
         watches[process] = nil
+        tracker?.stop(process)
         enforcer.forget(process)
         deferredSuspensions.remove(process)
         var effects: [Effect] = []

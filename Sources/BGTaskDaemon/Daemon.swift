@@ -15,6 +15,11 @@ public final class Daemon {
     var access: AccessPolicy
     let resolver = ProcessResolver()
     var enforcer: Enforcer!
+    /// Follows the forks of process apps (containment `tracked`); `nil` where the kernel's
+    /// process-events connector is out of reach (no `CAP_NET_ADMIN`, or in a container).
+    var tracker: Tracker?
+    /// Why there is no tracker, for the start-up log.
+    var trackerUnavailable: String?
     var history = History(capacity: 1024)
     let startedAt = Clock.monotonicNanoseconds()
 
@@ -83,8 +88,22 @@ public final class Daemon {
         }
         statusTimer = try loop.addTimer { [unowned self] in self.sendStatus() }
         stateRetryTimer = try loop.addTimer { [unowned self] in self.pass { _ in self.writeState() } }
-        enforcer = try Enforcer(loop: loop, root: { [unowned self] app in self.watches[app]?.pidfd }) { priority, message in
+        enforcer = try Enforcer(loop: loop, root: { [unowned self] app in self.watches[app]?.pidfd },
+                                tracked: { [unowned self] app in self.tracker?.members(of: app) ?? [] }) { priority, message in
             Journal.log(priority: priority.rawValue, message: message.cEscaped)
+        }
+        do {
+            let tracker = try Tracker.open {
+                Journal.log(priority: LogEntry.Priority.warning.rawValue,
+                            message: "The kernel dropped process events (a burst of forks): a process forked meanwhile may have left its app")
+            }
+            sources.append(try loop.addIO(tracker.events.descriptor.rawValue, events: IOEvents.readable) { [unowned self] _ in
+                self.tracker?.drain()
+            })
+            self.tracker = tracker
+            model.processContainment = .tracked
+        } catch {
+            trackerUnavailable = "\(error)"
         }
         sources.append(try loop.addSignal(Signal.terminate) { [unowned self] in self.stop() })
         sources.append(try loop.addSignal(Signal.interrupt) { [unowned self] in self.stop() })
@@ -103,6 +122,9 @@ public final class Daemon {
     /// Serves until `SIGTERM`/`SIGINT`; returns the exit status.
     public func run() throws(Errno) -> Int32 {
         log(.info, "bgtaskd \(InterfaceDescription.version) serving on \(socketPath ?? "the socket passed by systemd")")
+        if let trackerUnavailable {
+            log(.notice, "Forks of process apps are not followed (\(trackerUnavailable)): a process app is its process tree, which a double fork or setsid leaves; apps in a scope or service of their own are not affected")
+        }
         ServiceNotify.send("READY=1\nSTATUS=\(statusLine())")
         let code = try loop.run()
         shutdown()

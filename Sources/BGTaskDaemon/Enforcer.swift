@@ -36,6 +36,8 @@ final class Enforcer {
     /// The pidfd the daemon has held for the app's own process since it registered:
     /// every tree walk starts from it, never from a bare pid.
     let root: (ProcessIdentity) -> Pidfd?
+    /// The pids the tracker saw forked by a process app's members (empty when not tracked).
+    let tracked: (ProcessIdentity) -> Set<Int32>
     /// The cgroup of each unit app acted on, as the action said (`adopt`): the model may
     /// have forgotten the app by the time an action is carried out.
     private var units: [ProcessIdentity: Cgroup] = [:]
@@ -49,10 +51,11 @@ final class Enforcer {
     var timer: EventSource!
     var nextStopCheck: Int64?
 
-    init(loop: EventLoop, root: @escaping (ProcessIdentity) -> Pidfd?,
+    init(loop: EventLoop, root: @escaping (ProcessIdentity) -> Pidfd?, tracked: @escaping (ProcessIdentity) -> Set<Int32>,
          log: @escaping (LogEntry.Priority, String) -> Void) throws(Errno) {
         self.loop = loop
         self.root = root
+        self.tracked = tracked
         self.log = log
         timer = try loop.addTimer { [unowned self] in self.check() }
     }
@@ -245,8 +248,18 @@ final class Enforcer {
         guard let root = root(app) else { return [] }
         var left: [Int32] = []
         let owner = uid == 0 ? nil : uid
-        let members = unit(app).map { ProcessTree.members(of: $0, owner: owner, excluded: &left) }
+        var members = unit(app).map { ProcessTree.members(of: $0, owner: owner, excluded: &left) }
             ?? ProcessTree.members(of: root, owner: owner, excluded: &left)
+        if unit(app) == nil {
+            // Re-parented processes the tracker saw forked, and their own trees.
+            var known = Set(members.map(\.pid))
+            for pid in tracked(app).subtracting(known).sorted() where pid > 1 && !known.contains(pid) {
+                guard let pidfd = try? Pidfd.open(pid: pid) else { continue }
+                for member in ProcessTree.members(of: pidfd, owner: owner, excluded: &left) where known.insert(member.pid).inserted {
+                    members.append(member)
+                }
+            }
+        }
         excluded.formUnion(left)
         return members.filter { $0.pid != ownPID }
     }

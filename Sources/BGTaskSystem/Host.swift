@@ -21,6 +21,17 @@ public enum Host {
     /// This process's effective uid. `geteuid(2)`
     public static var effectiveUID: UInt32 { geteuid() }
 
+    /// Whether this process runs in the initial pid and user namespaces (not in a container):
+    /// one pid in `NSpid`, the identity `uid_map`. Machine-wide kernel reports (the
+    /// process-events connector) are sent only there.
+    public static var inInitialNamespaces: Bool {
+        guard let status = try? readFile("/proc/self/status"), let map = try? readFile("/proc/self/uid_map") else { return false }
+        let nspid = String(decoding: status, as: UTF8.self).split(separator: "\n").first { $0.hasPrefix("NSpid:") }
+        let pids = nspid?.dropFirst(6).split(whereSeparator: { $0 == " " || $0 == "\t" }) ?? []
+        let mapping = String(decoding: map, as: UTF8.self).split(whereSeparator: { $0 == " " || $0 == "\n" })
+        return pids.count == 1 && mapping == ["0", "0", "4294967295"]
+    }
+
     /// The environment variable `name`, if set. `getenv(3)`
     public static func environment(_ name: String) -> String? {
         getenv(name).map { String(cString: $0) }

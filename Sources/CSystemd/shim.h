@@ -49,4 +49,59 @@ static inline int bgtask_wexitstatus(int status) { return WEXITSTATUS(status); }
 static inline int bgtask_wifsignaled(int status) { return WIFSIGNALED(status); }
 static inline int bgtask_wtermsig(int status) { return WTERMSIG(status); }
 
+/* The kernel's process-events connector: forks and exits as they happen (CAP_NET_ADMIN).
+ * Opens a non-blocking, close-on-exec NETLINK_CONNECTOR socket subscribed to CN_IDX_PROC and
+ * asks the kernel to start sending; returns the descriptor or -errno. */
+#include <linux/netlink.h>
+#include <linux/connector.h>
+#include <linux/cn_proc.h>
+#include <errno.h>
+#include <string.h>
+static inline int bgtask_proc_events_open(int receive_buffer_bytes) {
+    int fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, NETLINK_CONNECTOR);
+    if (fd < 0) return -errno;
+    /* As root, beyond rmem_max: a burst of forks must not overflow it. Best effort. */
+    (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &receive_buffer_bytes, sizeof(receive_buffer_bytes));
+    struct sockaddr_nl address = { .nl_family = AF_NETLINK, .nl_groups = CN_IDX_PROC, .nl_pid = 0 };
+    if (bind(fd, (struct sockaddr *)&address, sizeof(address)) < 0) { int e = errno; close(fd); return -e; }
+    struct {
+        struct nlmsghdr header;
+        struct cn_msg message __attribute__((packed));
+        enum proc_cn_mcast_op op;
+    } __attribute__((packed, aligned(NLMSG_ALIGNTO))) request;
+    memset(&request, 0, sizeof(request));
+    request.header.nlmsg_len = sizeof(request);
+    request.header.nlmsg_type = NLMSG_DONE;
+    request.header.nlmsg_pid = 0;
+    request.message.id.idx = CN_IDX_PROC;
+    request.message.id.val = CN_VAL_PROC;
+    request.message.len = sizeof(enum proc_cn_mcast_op);
+    request.op = PROC_CN_MCAST_LISTEN;
+    if (send(fd, &request, sizeof(request), 0) < 0) { int e = errno; close(fd); return -e; }
+    return fd;
+}
+
+/* One event of a received datagram: 1 = fork (parent, child), 2 = exit (pid, 0), 0 = other.
+ * Threads are left out: a fork counts only when the child is a new process (tgid = pid). */
+static inline int bgtask_proc_event(const unsigned char *datagram, long length, int *first, int *second) {
+    const struct nlmsghdr *header = (const struct nlmsghdr *)datagram;
+    if (length < (long)(NLMSG_HDRLEN + sizeof(struct cn_msg) + sizeof(struct proc_event))) return 0;
+    if (!NLMSG_OK(header, (unsigned long)length) || header->nlmsg_type != NLMSG_DONE) return 0;
+    const struct cn_msg *message = (const struct cn_msg *)NLMSG_DATA(header);
+    if (message->id.idx != CN_IDX_PROC || message->id.val != CN_VAL_PROC) return 0;
+    struct proc_event event;
+    memcpy(&event, message->data, sizeof(event));
+    if (event.what == PROC_EVENT_FORK && event.event_data.fork.child_pid == event.event_data.fork.child_tgid) {
+        *first = event.event_data.fork.parent_tgid;
+        *second = event.event_data.fork.child_tgid;
+        return 1;
+    }
+    if (event.what == PROC_EVENT_EXIT && event.event_data.exit.process_pid == event.event_data.exit.process_tgid) {
+        *first = event.event_data.exit.process_tgid;
+        *second = 0;
+        return 2;
+    }
+    return 0;
+}
+
 #endif

@@ -117,3 +117,28 @@ import TestSupport
         try waitUntil("the cgroup empty") { try cgroup.processes().isEmpty }
     }
 }
+
+/// The process-events connector, on processes the test starts.
+@Suite struct ProcessEventsTests {
+    @Test(.enabled(if: getuid() == 0, "needs CAP_NET_ADMIN (root) to subscribe to the process-events connector"))
+    func aDoubleForkIsSeenAsItHappens() throws {
+        let events = try ProcessEvents.open()
+        defer { events.close() }
+        // The grandchild re-parents at once: no tree walk could find it from `shell`.
+        let shell = try Spawned("/bin/sh", ["-c", "(sh -c 'echo $$; exec sleep 60' &); wait"])
+        let line = try shell.readLine(timeout: 5)
+        let grandchild = try #require(line.flatMap { Int32($0) })
+        let held = try Pidfd.open(pid: grandchild)
+        var seen: [ProcessEvents.Event] = []
+        try waitUntil("the double fork reported") {
+            seen += try events.read()
+            let middle = seen.compactMap { if case let .fork(parent, child) = $0, parent == shell.pid { child } else { nil } }
+            return middle.contains { middle in seen.contains(.fork(parent: middle, child: grandchild)) }
+        }
+        try held.send(signal: SIGKILL)
+        try waitUntil("its exit reported") {
+            seen += try events.read()
+            return seen.contains(.exit(grandchild))
+        }
+    }
+}

@@ -162,3 +162,61 @@ struct ContainmentEndToEndTests {
         #expect(Self.isRunning(app.pid) && !daemon.process.hasExited)
     }
 }
+
+/// Process apps whose forks the daemon follows with the kernel's process-events connector.
+@Suite(.serialized) struct TrackedContainmentTests {
+    static func isRunning(_ pid: Int32) -> Bool { ContainmentEndToEndTests.isRunning(pid) }
+
+    /// An app that registers, then forks a double-forked and a `setsid` worker (printing
+    /// their pids), and begins a task "held" when told to on stdin.
+    static let forkingApp = #"""
+    import json, os, socket, sys, time
+    s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
+    def call(method, params):
+        s.sendall(json.dumps({"method": method, "parameters": params}).encode() + b"\0")
+        reply = b""
+        while not reply.endswith(b"\0"): reply += s.recv(4096)
+        return json.loads(reply[:-1])
+    call("io.bgtaskd.App.GetTimeRemaining", {})
+    r, w = os.pipe()
+    if os.fork() == 0:
+        if os.fork() == 0:
+            os.write(w, b"%d\n" % os.getpid()); time.sleep(600); os._exit(0)
+        os._exit(0)
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.write(w, b"%d\n" % os.getpid()); time.sleep(600); os._exit(0)
+        os._exit(0)
+    os.wait(); os.wait()
+    workers = os.read(r, 100).split() 
+    while len(workers) < 2: workers += os.read(r, 100).split()
+    print(json.dumps({"workers": [int(p) for p in workers]}), flush=True)
+    for line in sys.stdin:
+        print(json.dumps(call("io.bgtaskd.App.BeginTask", {"name": "held"})), flush=True)
+    """#
+
+    /// Without a unit of its own, an app's re-parented workers are still its own: the daemon
+    /// followed their forks (containment `tracked`).
+    @Test(.enabled(if: getuid() == 0 && Host.inInitialNamespaces,
+                   "needs CAP_NET_ADMIN in the initial namespaces for the process-events connector"))
+    func escapedWorkersOfATrackedAppAreStoppedResumedAndKilledWithIt() throws {
+        let daemon = try TestDaemon(["BackgroundTimeSec=1s", "ExpirationWarningSec=0"])
+        let app = try Spawned("/usr/bin/python3", ["-c", Self.forkingApp, daemon.socketPath])
+        let line = try #require(try app.readLine(timeout: 10))
+        let pids = try #require(try JSON.parse(line)["workers"]?.arrayValue?.compactMap(\.intValue).map(Int32.init))
+        let members = [app.pidfd] + (try pids.map { try Pidfd.open(pid: $0) })
+        #expect(members.count == 3 && ProcessTree.members(of: app.pidfd).count == 1)  // both left its tree
+        #expect(try daemon.app(app.pid)?["containment"] == "tracked")
+
+        try daemon.setState(app.pid, "background")
+        try waitUntil("every process stopped, workers too") { members.allSatisfy { processState($0.pid) == "T" } }
+        try daemon.setState(app.pid, "foreground")
+        try waitUntil("every process running") { members.allSatisfy { Self.isRunning($0.pid) } }
+        try app.send("begin")
+        _ = try app.readLine(timeout: 5)
+        try waitUntil("the task granted") { try daemon.tasks().first?["state"] == "granted" }
+        try daemon.setState(app.pid, "background")
+        try waitUntil("every process gone, workers too", timeout: 10) { members.allSatisfy(\.hasExited) }
+    }
+}

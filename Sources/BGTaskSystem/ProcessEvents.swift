@@ -1,0 +1,56 @@
+import CSystemd
+import Glibc
+
+/// The kernel's process-events connector (`NETLINK_CONNECTOR`, `CN_IDX_PROC`): every fork and
+/// exit on the machine, as it happens, so a process that re-parents (a double fork, `setsid`)
+/// is still known to be its app's. Needs `CAP_NET_ADMIN`. `cn_proc`
+public final class ProcessEvents {
+    public enum Event: Equatable, Sendable {
+        /// A new process (not a thread) `child`, forked by process `parent`.
+        case fork(parent: Int32, child: Int32)
+        case exit(Int32)
+    }
+
+    /// Readable when events wait.
+    public let descriptor: FileDescriptor
+    /// A socket buffer for bursts: 4 MiB holds some 50,000 events.
+    public static let receiveBufferBytes: Int32 = 4 << 20
+
+    private init(descriptor: FileDescriptor) { self.descriptor = descriptor }
+
+    /// Subscribes to the events. `EPERM` without `CAP_NET_ADMIN`, or in a container: the
+    /// kernel reports only to listeners in the initial pid and user namespaces (elsewhere it
+    /// would accept the subscription and send nothing).
+    public static func open() throws(Errno) -> ProcessEvents {
+        guard Host.inInitialNamespaces else {
+            throw Errno(EPERM, "process-events connector: not in the initial pid and user namespaces")
+        }
+        let fd = bgtask_proc_events_open(receiveBufferBytes)
+        guard fd >= 0 else { throw Errno(-fd, "process-events connector") }
+        return ProcessEvents(descriptor: FileDescriptor(fd))
+    }
+
+    /// Every event waiting, oldest first. `ENOBUFS` when the kernel dropped some (the buffer
+    /// overflowed): what was missed cannot be known.
+    public func read() throws(Errno) -> [Event] {
+        var events: [Event] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let fd = descriptor.rawValue
+            let length = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if length < 0 {
+                if errno == EAGAIN || errno == EWOULDBLOCK { return events }
+                if errno == EINTR { continue }
+                throw Errno.current("recv(process-events connector)")
+            }
+            var first: Int32 = 0, second: Int32 = 0
+            switch buffer.withUnsafeBytes({ bgtask_proc_event($0.baseAddress, length, &first, &second) }) {
+            case 1: events.append(.fork(parent: first, child: second))
+            case 2: events.append(.exit(first))
+            default: break
+            }
+        }
+    }
+
+    public func close() { descriptor.close() }
+}
