@@ -14,6 +14,15 @@ until_true() {
     return 1
 }
 main_pid() { systemctl show -p MainPID --value bgtaskd.service; }
+# Every app here runs in a scope of its own, as a desktop launches apps: a process of this
+# oneshot unit would make the whole unit (this script too) one app. Only as `scoped ... &`:
+# it execs, so $! is the app's own pid.
+scoped() { exec systemd-run --scope --quiet --collect "$@"; }
+# Suspended: stopped (State T), or its cgroup frozen.
+suspended() {
+    grep -q '^State:[[:space:]]*T' "/proc/$1/status" \
+        || grep -q '^frozen 1' "/sys/fs/cgroup$(sed -n 's/^0:://p' "/proc/$1/cgroup")/cgroup.events"
+}
 
 # Socket activation: nothing runs until the first client connects.
 state=$(systemctl is-active bgtaskd.service)
@@ -50,7 +59,7 @@ if systemctl reload bgtaskd.service && [ "$(main_pid)" = "$pid_before" ] && kill
 else
     fail reload-keeps-clients "reload failed, restarted, or the monitor was dropped"
 fi
-"$ctl" run --name held -- sleep 60 &
+scoped "$ctl" run --name held -- sleep 60 &
 holder=$!
 until_true 5 sh -c "\"$ctl\" --no-legend tasks | grep -q ' held granted '"
 remaining=$("$ctl" --json background "$holder" | sed -n 's/.*"backgroundTimeRemaining":\([0-9.]*\).*/\1/p')
@@ -103,29 +112,29 @@ journalctl -u bgtaskd.service --no-pager | grep -q 'Watchdog timeout' && ok watc
 
 # Restart without loss: killed with SIGKILL, systemd restarts it (Restart=on-failure) and it
 # takes its state back from $RUNTIME_DIRECTORY: the task, the suspension, the ids.
-coproc PROBE { exec /opt/bgtaskd/bgtask-probe --socket "$BGTASKD_SOCKET"; }
+coproc PROBE { exec systemd-run --scope --quiet --collect /opt/bgtaskd/bgtask-probe --socket "$BGTASKD_SOCKET"; }
 read -r -t 5 _ <&"${PROBE[0]}"
 echo "begin survivor" >&"${PROBE[1]}"
 read -r -t 5 begun <&"${PROBE[0]}"
 task_id=$(echo "$begun" | sed -n 's/.*"taskId":\([0-9]*\).*/\1/p')
-sleep 120 &
+scoped sleep 120 &
 sleeper=$!
+until_true 5 sh -c "grep -q '\.scope\$' /proc/$sleeper/cgroup"
 "$ctl" background "$sleeper" >/dev/null
-stopped() { grep -q '^State:[[:space:]]*T' "/proc/$1/status"; }
-until_true 5 stopped "$sleeper"
+until_true 5 suspended "$sleeper"
 until_true 5 sh -c "\"$ctl\" --no-legend tasks | grep -Eq '^ *$task_id .* survivor +granted'"
 crashed=$(main_pid)
 kill -9 "$crashed"
 if until_true 10 sh -c "p=\$(systemctl show -p MainPID --value bgtaskd.service); [ \"\$p\" != 0 ] && [ \"\$p\" != $crashed ] && systemctl is-active -q bgtaskd.service" \
    && "$ctl" --no-legend tasks | grep -Eq "^ *$task_id .* survivor +granted" \
-   && "$ctl" --no-legend apps | grep -Eq "^ *$sleeper .* suspended" && stopped "$sleeper" \
+   && "$ctl" --no-legend apps | grep -Eq "^ *$sleeper .* suspended" && suspended "$sleeper" \
    && journalctl -u bgtaskd.service --no-pager | grep -q 'Restored 2 apps (1 suspended) and 1 tasks'; then
     ok restart-keeps-state
 else
     fail restart-keeps-state "tasks: $("$ctl" --no-legend tasks | tr '\n' ' ') apps: $("$ctl" --no-legend apps | tr '\n' ' ') $(journalctl -u bgtaskd.service --no-pager | grep Restored | tail -1)"
 fi
 "$ctl" foreground "$sleeper" >/dev/null
-if until_true 5 sh -c "! grep -q '^State:[[:space:]]*T' /proc/$sleeper/status"; then
+if until_true 5 sh -c "! { grep -q '^State:[[:space:]]*T' /proc/$sleeper/status || grep -q '^frozen 1' /sys/fs/cgroup\$(sed -n 's/^0:://p' /proc/$sleeper/cgroup)/cgroup.events; }"; then
     ok resumed-after-restart
 else
     fail resumed-after-restart "pid $sleeper still stopped"
@@ -137,6 +146,39 @@ else
     fail task-ended-after-restart "$ended"
 fi
 kill "$sleeper" "$PROBE_PID" 2>/dev/null
+
+# A unit app: systemd-run --scope starts a three-process app (two of its processes
+# re-parented out of its tree); bgtaskctl names it by unit and the freezer takes all three.
+app_scope=/sys/fs/cgroup/system.slice/bgtaskd-app.scope
+scoped --unit=bgtaskd-app /bin/sh -c '(sleep 600 &); (setsid sleep 600 &); exec sleep 600' &
+three() { [ "$(wc -l < "$app_scope/cgroup.procs")" -eq 3 ]; }
+if until_true 5 three && "$ctl" background --unit bgtaskd-app.scope >/dev/null \
+   && until_true 5 grep -q '^frozen 1' "$app_scope/cgroup.events"; then
+    ok scope-frozen-by-unit
+else
+    fail scope-frozen-by-unit "$(cat "$app_scope/cgroup.events" 2>&1 | tr '\n' ' ') procs: $(cat "$app_scope/cgroup.procs" 2>&1 | tr '\n' ' ')"
+fi
+if "$ctl" --no-legend apps | grep -Eq ' bgtaskd-app\.scope +unit +suspended '; then
+    ok scope-listed-as-unit
+else
+    fail scope-listed-as-unit "$("$ctl" --no-legend apps | tr '\n' ' ')"
+fi
+refused=0
+for unit in init.scope bgtaskd.service system.slice; do
+    "$ctl" background --unit "$unit" 2>&1 | grep -q 'invalid parameter: unit' || refused=1
+done
+if [ "$refused" = 0 ] && ! grep -q '^frozen 1' /sys/fs/cgroup/init.scope/cgroup.events; then
+    ok unit-refusals
+else
+    fail unit-refusals "init.scope, bgtaskd.service or system.slice accepted"
+fi
+"$ctl" foreground --unit bgtaskd-app.scope >/dev/null
+if until_true 5 grep -q '^frozen 0' "$app_scope/cgroup.events" && "$ctl" terminate --unit bgtaskd-app.scope \
+   && until_true 5 sh -c "[ ! -d $app_scope ]"; then
+    ok scope-terminated-whole
+else
+    fail scope-terminated-whole "$(cat "$app_scope/cgroup.procs" 2>&1 | tr '\n' ' ')"
+fi
 
 kill "$monitor" 2>/dev/null
 echo done >> "$out"

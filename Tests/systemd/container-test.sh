@@ -6,7 +6,20 @@
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d /tmp/bgtaskd-nspawn-XXXXXX)
-trap 'rm -rf "$work"' EXIT
+# The container's cgroups live below ours, in payload/; if it is killed (the timeout), they
+# outlive it, and a frozen one would trap the next container's unit of the same name.
+cgroup_root=$(awk '{ for (i = 7; i < NF; i++) if ($i == "-") { if ($(i + 1) == "cgroup2") print $5; break } }' \
+    /proc/self/mountinfo | head -1)$(sed -n 's/^0:://p' /proc/self/cgroup)
+cleanup() {
+    local payload=${cgroup_root%/}/payload
+    if [ -d "$payload" ]; then
+        find "$payload" -name cgroup.freeze -exec sh -c 'echo 0 > "$1"' _ {} \; 2>/dev/null || true
+        find "$payload" -mindepth 1 -name cgroup.kill -exec sh -c 'echo 1 > "$1"' _ {} \; 2>/dev/null || true
+        find "$payload" -mindepth 1 -depth -type d -exec rmdir {} \; 2>/dev/null || true
+    fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
 
 make -s -C "$repo" install-files DESTDIR="$work/dest" PREFIX=/opt/bgtaskd SYSCONFDIR=/opt/bgtaskd/etc >/dev/null
 install -m755 "$repo/Tests/systemd/checks.sh" "$work/dest/opt/bgtaskd/checks.sh"
@@ -31,7 +44,9 @@ UNIT
 ln -s ../bgtaskd-checks.service "$units/multi-user.target.wants/bgtaskd-checks.service"
 
 status=0
-timeout 150 systemd-nspawn --register=no --keep-unit --volatile=yes -D / --machine="bgtaskd-test-$$" \
+# A unified cgroup v2 tree in the container, so scopes have cgroup v2 directories and the
+# freezer (see SYSTEMD-TESTING.md).
+SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1 timeout 150 systemd-nspawn --register=no --keep-unit --volatile=yes -D / --machine="bgtaskd-test-$$" \
     --bind="$work/out:/out" --bind-ro="$units:/etc/systemd/system" --bind-ro="$work/dest/opt/bgtaskd:/opt/bgtaskd" \
     /bin/sh -c 'exec /lib/systemd/systemd --system systemd.firstboot=off' </dev/null >"$work/nspawn.log" 2>&1 || status=$?
 if [ ! -s "$work/out/results" ]; then
