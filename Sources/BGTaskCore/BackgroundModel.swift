@@ -125,6 +125,20 @@ public struct BackgroundModel {
     /// The cgroup path of the unit `app` is, for a unit app.
     public func unit(of app: ProcessIdentity) -> String? { apps[app]?.unit }
 
+    /// The process app `app` now lives in a transient scope of its own, at cgroup `path`
+    /// (moved there by the daemon): from now on it is that scope's app, containment `scope`.
+    /// `false` (and nothing changes) if it is gone, already a unit app, or the path is taken.
+    public mutating func isolate(_ app: ProcessIdentity, inScope path: String, effects: inout [Effect]) -> Bool {
+        guard var record = apps[app], record.unit == nil, appsByUnit[path] == nil else { return false }
+        record.unit = path
+        record.containment = .scope
+        apps[app] = record
+        appsByUnit[path] = app
+        effects.append(.log(.app(.appRegistered, .info, app, command: record.command,
+                                 "moved into scope \(AppUnit.name(ofPath: path)) of its own (containment scope)")))
+        return true
+    }
+
     /// How `app`'s processes are held together; `nil` if it is not an app.
     public func containment(of app: ProcessIdentity) -> Containment? { apps[app]?.containment }
 

@@ -49,6 +49,13 @@ extension Configuration {
             config.suspendMode = mode
             return nil
         }, format: { $0.suspendMode.rawValue }),
+        ConfigurationKey(section: "Enforcement", name: "IsolateApps", apply: { config, text in
+            guard let mode = IsolateApps(rawValue: text) else {
+                return "expected one of auto, yes, no, got '\(text)'"
+            }
+            config.isolateApps = mode
+            return nil
+        }, format: { $0.isolateApps.rawValue }),
         ConfigurationKey(section: "Enforcement", name: "TerminateSignal", apply: { config, text in
             guard let signal = TerminateSignal(parsing: text) else {
                 return "expected a signal such as SIGKILL or SIGTERM, got '\(text)'"

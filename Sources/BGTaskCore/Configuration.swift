@@ -8,6 +8,16 @@ public enum SuspendMode: String, CaseIterable, Sendable {
     case signal
 }
 
+/// Whether a process app is moved into a transient scope of its own (containment `scope`).
+public enum IsolateApps: String, CaseIterable, Sendable {
+    /// Only processes of a user's own manager (`user@UID.service`), through that manager.
+    case auto
+    /// Also processes of login sessions and system services, through the system manager.
+    case yes
+    /// Never.
+    case no
+}
+
 /// A signal the daemon may terminate apps with, by its Linux number.
 public struct TerminateSignal: Hashable, Sendable, CustomStringConvertible {
     /// The Linux signal number.
@@ -61,6 +71,7 @@ public struct Configuration: Equatable, Sendable {
     public var taskAgeWarning: Duration = .seconds(30)
     // [Enforcement]
     public var suspendMode: SuspendMode = .auto
+    public var isolateApps: IsolateApps = .auto
     public var terminateSignal: TerminateSignal = .kill
     /// With a catchable `terminateSignal`, `SIGKILL` follows after this.
     public var terminateGrace: Duration = .seconds(2)

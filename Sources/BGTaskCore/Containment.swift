@@ -53,3 +53,29 @@ public enum AppUnit {
         String(path.split(separator: "/").last ?? Substring(path))
     }
 }
+
+/// Which systemd manager may move a process app into a transient scope of its own
+/// (`IsolateApps=`, containment `scope`).
+public enum Isolation: Equatable, Sendable {
+    /// User `uid`'s manager: the app's processes live in its delegated subtree.
+    case user(UInt32)
+    /// The system manager, the scope in `slice` (the one the processes are in) if any.
+    case system(slice: String?)
+
+    /// Who may isolate a process app of `uid` whose process is in cgroup `path`, for a
+    /// daemon running as `daemonUID`; `nil` if nobody may. A user manager admits only its
+    /// user and root; the system manager, only root, and only when configured (`yes`): a
+    /// login session's or a system service's processes are not moved otherwise.
+    public static func of(cgroupPath path: String, uid: UInt32, mode: IsolateApps, daemonUID: UInt32) -> Isolation? {
+        guard mode != .no else { return nil }
+        let components = path.split(separator: "/")
+        if components.contains(Substring("user@\(uid).service")) {
+            return daemonUID == 0 || daemonUID == uid ? .user(uid) : nil
+        }
+        guard mode == .yes, daemonUID == 0 else { return nil }
+        return .system(slice: components.last { $0.hasSuffix(".slice") }.map(String.init))
+    }
+
+    /// The transient scope's name for the app whose process is `pid`.
+    public static func scopeName(pid: Int32) -> String { "app-bgtaskd-\(pid).scope" }
+}

@@ -90,6 +90,7 @@ extension Daemon {
         if model.containment(of: process) == .tracked {
             tracker?.follow(process, current: ProcessTree.members(of: pidfd).map(\.pid))
         }
+        isolateIfAllowed(process)
     }
 
     func processExited(_ process: ProcessIdentity) {

@@ -20,6 +20,11 @@ public final class Daemon {
     var tracker: Tracker?
     /// Why there is no tracker, for the start-up log.
     var trackerUnavailable: String?
+    /// systemd managers by address, for `IsolateApps=`; those that could not be reached.
+    var managers: [String: ServiceManager] = [:]
+    var unreachableManagers: Set<String> = []
+    /// Waits for an app's processes to land in the scope asked for.
+    var scopeTimers: [ProcessIdentity: EventSource] = [:]
     var history = History(capacity: 1024)
     let startedAt = Clock.monotonicNanoseconds()
 

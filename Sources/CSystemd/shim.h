@@ -104,4 +104,49 @@ static inline int bgtask_proc_event(const unsigned char *datagram, long length, 
     return 0;
 }
 
+/* Asks the systemd manager at the other end of `bus` to start a transient scope `name`
+ * holding `pids` (StartTransientUnit, mode "fail"), in `slice` if not NULL. The reply goes
+ * to `callback` on the bus's event loop; nothing here waits. Returns 0 or -errno. */
+#include <systemd/sd-bus.h>
+static inline int bgtask_start_transient_scope(sd_bus *bus, const char *name, const char *slice,
+                                               const char *description, const unsigned *pids, size_t count,
+                                               sd_bus_message_handler_t callback, void *userdata) {
+    sd_bus_message *m = NULL;
+    int r = sd_bus_message_new_method_call(bus, &m, "org.freedesktop.systemd1", "/org/freedesktop/systemd1",
+                                           "org.freedesktop.systemd1.Manager", "StartTransientUnit");
+    if (r < 0) return r;
+    r = sd_bus_message_append(m, "ss", name, "fail");
+    if (r >= 0) r = sd_bus_message_open_container(m, 'a', "(sv)");
+    if (r >= 0) r = sd_bus_message_append(m, "(sv)", "Description", "s", description);
+    if (r >= 0 && slice) r = sd_bus_message_append(m, "(sv)", "Slice", "s", slice);
+    if (r >= 0) r = sd_bus_message_append(m, "(sv)", "CollectMode", "s", "inactive-or-failed");
+    if (r >= 0) r = sd_bus_message_open_container(m, 'r', "sv");
+    if (r >= 0) r = sd_bus_message_append(m, "s", "PIDs");
+    if (r >= 0) r = sd_bus_message_open_container(m, 'v', "au");
+    if (r >= 0) r = sd_bus_message_append_array(m, 'u', pids, count * sizeof(unsigned));
+    if (r >= 0) r = sd_bus_message_close_container(m);
+    if (r >= 0) r = sd_bus_message_close_container(m);
+    if (r >= 0) r = sd_bus_message_close_container(m);
+    if (r >= 0) r = sd_bus_message_append(m, "a(sa(sv))", 0);
+    if (r >= 0) r = sd_bus_call_async(bus, NULL, m, callback, userdata, 5 * 1000 * 1000);
+    sd_bus_message_unref(m);
+    return r;
+}
+
+/* A direct (peer-to-peer) connection to a systemd manager's private socket, attached to
+ * `event`: the system manager's /run/systemd/private, or a user manager's
+ * /run/user/UID/systemd/private (which admits only that user and root). */
+static inline int bgtask_manager_bus_open(const char *address, sd_event *event, sd_bus **out) {
+    sd_bus *bus = NULL;
+    int r = sd_bus_new(&bus);
+    if (r < 0) return r;
+    r = sd_bus_set_address(bus, address);
+    if (r >= 0) r = sd_bus_set_bus_client(bus, 0);
+    if (r >= 0) r = sd_bus_start(bus);
+    if (r >= 0) r = sd_bus_attach_event(bus, event, 0);
+    if (r < 0) { sd_bus_unref(bus); return r; }
+    *out = bus;
+    return 0;
+}
+
 #endif

@@ -88,4 +88,31 @@ import Testing
         harness.model.restore(saved, at: .zero, effects: &harness.effects)
         #expect(harness.model.app(unit: "/x.scope") == live)
     }
+
+    @Test func onlyAManagerThatMayMovesAProcessAppIntoAScope() {
+        let user = "/user.slice/user-1000.slice/user@1000.service/init.scope"
+        let session = "/user.slice/user-1000.slice/session-2.scope"
+        #expect(Isolation.of(cgroupPath: user, uid: 1000, mode: .auto, daemonUID: 1000) == .user(1000))
+        #expect(Isolation.of(cgroupPath: user, uid: 1000, mode: .auto, daemonUID: 0) == .user(1000))
+        #expect(Isolation.of(cgroupPath: user, uid: 1000, mode: .auto, daemonUID: 2000) == nil)  // not its manager
+        #expect(Isolation.of(cgroupPath: session, uid: 1000, mode: .auto, daemonUID: 0) == nil)  // not unless told to
+        #expect(Isolation.of(cgroupPath: session, uid: 1000, mode: .yes, daemonUID: 0) == .system(slice: "user-1000.slice"))
+        #expect(Isolation.of(cgroupPath: session, uid: 1000, mode: .yes, daemonUID: 1000) == nil)  // only root may ask
+        #expect(Isolation.of(cgroupPath: user, uid: 1000, mode: .no, daemonUID: 0) == nil)
+    }
+
+    @Test func anIsolatedAppIsItsScopesApp() throws {
+        var harness = ModelHarness()
+        let app = try harness.app(pid: 100)
+        #expect(harness.model.containment(of: app) == .tree)
+        let scope = "/user.slice/user-1000.slice/app-bgtaskd-100.scope"
+        #expect(harness.model.isolate(app, inScope: scope, effects: &harness.effects))
+        #expect(!harness.model.isolate(app, inScope: scope + "x", effects: &harness.effects))  // once
+        var worker = harness.process(pid: 300)
+        worker.unit = scope
+        #expect(harness.model.app(containing: worker) == app)
+        let snapshot = try #require(harness.model.snapshot(of: app, at: harness.now))
+        #expect(snapshot.containment == .scope && snapshot.unit == scope)
+        #expect(harness.model.savedState().apps[app]?.containment == .scope)
+    }
 }

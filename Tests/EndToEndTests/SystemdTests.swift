@@ -72,6 +72,7 @@ import TestSupport
         "bad-reload-refused", "journal-fields", "watchdog-restart", "ctl-status-after-restart", "watchdog-logged",
         "restart-keeps-state", "resumed-after-restart", "task-ended-after-restart",
         "scope-frozen-by-unit", "scope-listed-as-unit", "unit-refusals", "scope-terminated-whole",
+        "process-app-isolated-in-scope", "isolated-app-frozen-whole", "isolated-app-terminated-whole",
     ]
 
     /// Socket activation, STATUS=, reload, watchdog, restart without loss, journal fields and bgtaskctl under

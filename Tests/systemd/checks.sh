@@ -180,5 +180,49 @@ else
     fail scope-terminated-whole "$(cat "$app_scope/cgroup.procs" 2>&1 | tr '\n' ' ')"
 fi
 
+# Scope containment: a second bgtaskd, as root with IsolateApps=yes, moves a process app of
+# a (stand-in) login session into a scope of its own through the system manager. Workers it
+# forks afterwards, double-forked and setsid, stay in the app.
+iso=/run/bgtaskd-iso/io.bgtaskd
+systemd-run --unit=bgtaskd-iso --quiet /opt/bgtaskd/sbin/bgtaskd --socket "$iso" --set IsolateApps=yes
+cat > /tmp/isolated-app.py <<'PY'
+import os, socket, sys, time
+s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
+s.sendall(b'{"method":"io.bgtaskd.App.GetTimeRemaining","parameters":{}}\0')
+while not s.recv(4096).endswith(b"\0"): pass
+while "app-bgtaskd-" not in open("/proc/self/cgroup").read(): time.sleep(0.02)
+for detach in (False, True):
+    if os.fork() == 0:
+        if detach: os.setsid()
+        if os.fork() == 0: time.sleep(600); os._exit(0)
+        os._exit(0)
+    os.wait()
+time.sleep(600)
+PY
+until_true 5 test -S "$iso"
+scoped --unit=session-99 /usr/bin/python3 /tmp/isolated-app.py "$iso" &
+isolated=$!
+iso_scope=/sys/fs/cgroup/system.slice/app-bgtaskd-$isolated.scope
+in_scope() { [ "$(wc -l < "$iso_scope/cgroup.procs")" -eq 3 ]; }
+if until_true 5 in_scope && "$ctl" --socket "$iso" --no-legend apps | grep -Eq "^ *$isolated .* app-bgtaskd-$isolated\.scope +scope "; then
+    ok process-app-isolated-in-scope
+else
+    fail process-app-isolated-in-scope "$("$ctl" --socket "$iso" --no-legend apps | tr '\n' ' ') $(journalctl -u bgtaskd-iso --no-pager | tail -3 | tr '\n' ' ')"
+fi
+"$ctl" --socket "$iso" background "$isolated" >/dev/null
+if until_true 5 grep -q '^frozen 1' "$iso_scope/cgroup.events"; then
+    ok isolated-app-frozen-whole
+else
+    fail isolated-app-frozen-whole "$(cat "$iso_scope/cgroup.events" 2>&1 | tr '\n' ' ')"
+fi
+"$ctl" --socket "$iso" foreground "$isolated" >/dev/null
+if until_true 5 grep -q '^frozen 0' "$iso_scope/cgroup.events" && "$ctl" --socket "$iso" terminate "$isolated" \
+   && until_true 5 sh -c "[ ! -d $iso_scope ]"; then
+    ok isolated-app-terminated-whole
+else
+    fail isolated-app-terminated-whole "$(cat "$iso_scope/cgroup.procs" 2>&1 | tr '\n' ' ')"
+fi
+systemctl stop bgtaskd-iso.service
+
 kill "$monitor" 2>/dev/null
 echo done >> "$out"
