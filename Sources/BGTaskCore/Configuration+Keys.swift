@@ -42,20 +42,8 @@ extension Configuration {
             return nil
         }, format: { $0.grantLatencySeed.map(String.init) ?? "" }),
         span("Background", "TaskAgeWarningSec", \.taskAgeWarning),
-        ConfigurationKey(section: "Enforcement", name: "SuspendMode", apply: { config, text in
-            guard let mode = SuspendMode(rawValue: text) else {
-                return "expected one of auto, freezer, signal, got '\(text)'"
-            }
-            config.suspendMode = mode
-            return nil
-        }, format: { $0.suspendMode.rawValue }),
-        ConfigurationKey(section: "Enforcement", name: "IsolateApps", apply: { config, text in
-            guard let mode = IsolateApps(rawValue: text) else {
-                return "expected one of auto, yes, no, got '\(text)'"
-            }
-            config.isolateApps = mode
-            return nil
-        }, format: { $0.isolateApps.rawValue }),
+        choice("Enforcement", "SuspendMode", \.suspendMode),
+        choice("Enforcement", "IsolateApps", \.isolateApps),
         ConfigurationKey(section: "Enforcement", name: "TerminateSignal", apply: { config, text in
             guard let signal = TerminateSignal(parsing: text) else {
                 return "expected a signal such as SIGKILL or SIGTERM, got '\(text)'"
@@ -94,6 +82,19 @@ extension Configuration {
             config[keyPath: path] = span
             return nil
         }, format: { ConfigurationValue.formatTimeSpan($0[keyPath: path]) })
+    }
+
+    /// One of an enum's values, by name.
+    private static func choice<Value: RawRepresentable<String> & CaseIterable & Sendable>(
+        _ section: String, _ name: String, _ path: WritableKeyPath<Configuration, Value> & Sendable
+    ) -> ConfigurationKey {
+        ConfigurationKey(section: section, name: name, apply: { config, text in
+            guard let value = Value(rawValue: text) else {
+                return "expected one of \(Value.allCases.map(\.rawValue).joined(separator: ", ")), got '\(text)'"
+            }
+            config[keyPath: path] = value
+            return nil
+        }, format: { $0[keyPath: path].rawValue })
     }
 
     private static func count(_ section: String, _ name: String,
