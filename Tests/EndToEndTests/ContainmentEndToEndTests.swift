@@ -141,6 +141,31 @@ struct ContainmentEndToEndTests {
         try waitUntil("every process running") { members.allSatisfy { Self.isRunning($0.pid) } }
     }
 
+    /// uid 65534's process in a unit it shares with root (one not delegated to it, as a
+    /// service with a `User=` child): backgrounding its own app stops what it could stop
+    /// itself, never the unit, never root's process beside it.
+    @Test func anUnprivilegedAppInASharedUnitBorrowsNothing() throws {
+        let unit = try TestUnit("shared")
+        let daemon = try TestDaemon()
+        let root = try unit.spawn("echo ready; exec sleep 600")
+        try root.expectLine("ready")
+        let own = try unit.spawn("exec /usr/bin/setpriv --reuid=65534 --regid=65534 --clear-groups /bin/sleep 600")
+        try waitUntil("the unprivileged sleep in the unit") {
+            (try? ProcStatus.uids(pid: own.pid))?.real == 65534 && (try? ProcStat.read(pid: own.pid))?.command == "sleep"
+        }
+        let (code, output) = try daemon.ctl(["background", "\(own.pid)"], asUser: 65534)
+        #expect(code == 0, "\(output)")
+        try waitUntil("its own process stopped") { processState(own.pid) == "T" }
+        let app = try #require(try daemon.app(own.pid))
+        #expect(app["unit"]?.stringValue == unit.name && app["uid"] == 65534)
+        #expect(try !unit.cgroup.isFrozen() && Self.isRunning(root.pid))
+        #expect(daemon.log().contains { $0.contains("is not delegated to uid 65534") || $0.contains("pid \(root.pid) not suspended") })
+        // Nor may it name the unit for root's process: the unit's app is its own, of its uid.
+        let (_, tasks) = try daemon.ctl(["--json", "tasks", "--unit", unit.name], asUser: 65534)
+        #expect(tasks.contains("\"tasks\""), "\(tasks)")
+        #expect(Self.isRunning(root.pid))
+    }
+
     @Test func unitsThatAreNotAppsAreRefusedAndNothingIsFrozen() throws {
         let own = try TestUnit("daemon")
         let daemon = try TestDaemon(cgroup: own.cgroup)
