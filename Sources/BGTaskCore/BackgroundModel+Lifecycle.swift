@@ -14,6 +14,31 @@ extension BackgroundModel {
         return snapshot(apps[app]!, at: now)
     }
 
+    /// `Expire` (DESIGN.md §2c), the hook iOS developers get from the debugger: a background
+    /// app's warning comes now (its deadline moves to now + `ExpirationWarningSec`, if that is
+    /// sooner), or its deadline passes now (warning first, if it had none). A foreground app
+    /// has no background time to expire: `InvalidParameter`, nothing changes.
+    public mutating func expireNow(_ app: ProcessIdentity, to target: ExpireTarget, at now: Instant,
+                                   effects: inout [Effect]) throws(BGTaskError) {
+        guard var record = apps[app] else { throw .noSuchApp(app.pid) }
+        guard record.state == .background, let deadline = record.deadline else {
+            throw .invalidParameter("pid \(app.pid) is \(record.state.rawValue): only a background app has background time to expire")
+        }
+        // A new epoch makes the timers armed for the old deadline stale; those still needed
+        // are armed again.
+        record.epoch += 1
+        record.deadline = target == .deadline ? now : min(deadline, now + configuration.expirationWarning)
+        apps[app] = record
+        if target == .warning { timers.insert(.deadline(app, epoch: record.epoch), at: record.deadline!) }
+        if record.phase == .transition, let transitionDeadline = record.transitionDeadline {
+            timers.insert(.transitionTimeout(app, epoch: record.epoch), at: transitionDeadline)
+        }
+        effects.append(.log(.app(.appExpired, .notice, app, command: record.command,
+                                 "expired by a manager: \(target == .warning ? "warned" : "deadline passed") now")))
+        if !record.warned { warn(app, at: now, effects: &effects) }
+        if target == .deadline { expire(app, at: now, effects: &effects) }
+    }
+
     /// `Terminate` from a manager.
     public mutating func terminate(_ app: ProcessIdentity, at now: Instant, effects: inout [Effect]) throws(BGTaskError) {
         guard apps[app] != nil else { throw .noSuchApp(app.pid) }

@@ -134,7 +134,7 @@ public struct BackgroundModel {
         record.containment = .scope
         apps[app] = record
         appsByUnit[path] = app
-        effects.append(.log(.app(.appRegistered, .info, app, command: record.command,
+        effects.append(.log(.app(.appIsolated, .info, app, command: record.command,
                                  "moved into scope \(AppUnit.name(ofPath: path)) of its own (containment scope)")))
         return true
     }

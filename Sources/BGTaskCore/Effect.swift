@@ -50,6 +50,7 @@ public enum LogKind: String, CaseIterable, Sendable {
     case appRegistered, appBackgrounded, appForegrounded, appExited
     case appSuspended, appResumed, appTerminated
     case taskGranted, taskDenied, taskWarned, taskExpired, taskEnded, taskAgeWarning
+    case appExpired, appIsolated
 }
 
 extension LogKind {
@@ -71,6 +72,8 @@ extension LogKind {
         case .taskExpired: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a0b"
         case .taskEnded: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a0c"
         case .taskAgeWarning: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a0d"
+        case .appExpired: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a0e"
+        case .appIsolated: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a0f"
         }
     }
 }

@@ -62,6 +62,11 @@ public enum ActionReason: String, CaseIterable, Sendable {
     case manager
 }
 
+/// Where `Expire` moves an app: to its expiration warning, or past its deadline.
+public enum ExpireTarget: String, CaseIterable, Sendable {
+    case warning, deadline
+}
+
 /// What happened to an app, for history and enforcement.
 public enum AppAction: String, CaseIterable, Sendable {
     case suspended, resumed, terminated

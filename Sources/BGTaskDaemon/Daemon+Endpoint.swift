@@ -211,6 +211,16 @@ extension Daemon {
             let app = try managedApp(target, by: connection, register: false, at: now, effects: &effects)
             try model.terminate(app, at: now, effects: &effects)
             return .reply(VarlinkReply())
+        case "Expire":
+            let parameters = try Parameters(call.parameters, allowed: ["pid", "unit", "to"])
+            let target = try parameters.target()
+            guard let to = ExpireTarget(rawValue: try parameters.string("to")) else {
+                throw VarlinkError.invalidParameter("to")
+            }
+            try requireWritableState()
+            let app = try managedApp(target, by: connection, register: false, at: now, effects: &effects)
+            try model.expireNow(app, to: to, at: now, effects: &effects)
+            return .reply(VarlinkReply())
         case "Reload":
             _ = try Parameters(call.parameters, allowed: [])
             guard isPrivileged(connection) else { throw VarlinkError.permissionDenied }

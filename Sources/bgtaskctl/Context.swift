@@ -25,6 +25,9 @@ struct Context {
                              bring the app to the foreground
       terminate PID|--unit NAME
                              terminate the app
+      expire PID|--unit NAME [--deadline]
+                             give a background app its expiration warning now (its
+                             handlers run), or with --deadline pass its deadline now
       reload                 reload the daemon's configuration
       run [--name NAME] -- CMD...
                              hold a background task while CMD runs; CMD gets SIGTERM when

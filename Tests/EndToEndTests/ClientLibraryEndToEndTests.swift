@@ -53,6 +53,32 @@ import Varlink
         #expect(app.lines.filter { $0["expired"] != nil }.count == 1)
     }
 
+    /// `bgtaskctl expire`, the debugger hook: the handler runs now, long before the budget is
+    /// spent, and once, however often the manager asks.
+    @Test func bgtaskctlExpireRunsTheHandlerOnce() throws {
+        let daemon = try TestDaemon(["BackgroundTimeSec=5min", "GrantLatencyMaxSec=5ms"])
+        let app = try app(daemon)
+        let id = try begin(app, "begin upload keep")
+        try granted(daemon, id)
+        try daemon.setState(app.pid, "background")
+        _ = try app.next { $0["delegate"] == "didEnterBackground" }
+        var (code, output) = try daemon.ctl(["expire", "\(app.pid)"])
+        #expect(code == 0, "\(output)")
+        let expired = try app.next { $0["expired"] != nil }
+        #expect(expired["expired"]?.intValue == id && expired["reason"] == "expiring")
+        (code, output) = try daemon.ctl(["expire", "\(app.pid)"])  // again: already warned
+        #expect(code == 0, "\(output)")
+        #expect(try daemon.app(app.pid)?["phase"] == "expiring")
+        try app.send("end \(id)")
+        try waitUntil("the app suspended") { processState(app.pid) == "T" || (try? daemon.app(app.pid)?["state"]) == "suspended" }
+        try daemon.setState(app.pid, "foreground")
+        try app.send("remaining")
+        _ = try app.next { $0["remaining"] != nil }
+        #expect(app.lines.filter { $0["expired"] != nil }.count == 1)
+        (code, output) = try daemon.ctl(["expire", "\(app.pid)", "--deadline"])  // in the foreground: nothing to expire
+        #expect(code == 1 && output.contains("only a background app"), "\(output)")
+    }
+
     @Test func handlerRunsWhenALateRequestIsDenied() throws {
         let daemon = try TestDaemon(["TransitionTimeoutSec=1s", "GrantLatencyMinSec=2s", "GrantLatencyMaxSec=2s"])
         let app = try app(daemon)
