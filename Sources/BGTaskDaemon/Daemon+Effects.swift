@@ -87,9 +87,7 @@ extension Daemon {
             return
         }
         watches[process] = (pidfd, source)
-        if model.containment(of: process) == .tracked {
-            tracker?.follow(process, current: ProcessTree.members(of: pidfd).map(\.pid))
-        }
+        if model.containment(of: process) == .tracked { tracker?.follow(process, root: pidfd) }
         isolateIfAllowed(process)
     }
 

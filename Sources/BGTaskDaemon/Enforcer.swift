@@ -36,8 +36,9 @@ final class Enforcer {
     /// The pidfd the daemon has held for the app's own process since it registered:
     /// every tree walk starts from it, never from a bare pid.
     let root: (ProcessIdentity) -> Pidfd?
-    /// The pids the tracker saw forked by a process app's members (empty when not tracked).
-    let tracked: (ProcessIdentity) -> Set<Int32>
+    /// The processes the tracker saw forked by a process app's members, each held by a
+    /// pidfd checked to be the process forked (empty when not tracked).
+    let tracked: (ProcessIdentity) -> [Pidfd]
     /// The cgroup of each unit app acted on, as the action said (`adopt`): the model may
     /// have forgotten the app by the time an action is carried out.
     private var units: [ProcessIdentity: Cgroup] = [:]
@@ -51,7 +52,7 @@ final class Enforcer {
     var timer: EventSource!
     var nextStopCheck: Int64?
 
-    init(loop: EventLoop, root: @escaping (ProcessIdentity) -> Pidfd?, tracked: @escaping (ProcessIdentity) -> Set<Int32>,
+    init(loop: EventLoop, root: @escaping (ProcessIdentity) -> Pidfd?, tracked: @escaping (ProcessIdentity) -> [Pidfd],
          log: @escaping (LogEntry.Priority, String) -> Void) throws(Errno) {
         self.loop = loop
         self.root = root
@@ -253,8 +254,7 @@ final class Enforcer {
         if unit(app) == nil {
             // Re-parented processes the tracker saw forked, and their own trees.
             var known = Set(members.map(\.pid))
-            for pid in tracked(app).subtracting(known).sorted() where pid > 1 && !known.contains(pid) {
-                guard let pidfd = try? Pidfd.open(pid: pid) else { continue }
+            for pidfd in tracked(app) where !known.contains(pidfd.pid) {
                 for member in ProcessTree.members(of: pidfd, owner: owner, excluded: &left) where known.insert(member.pid).inserted {
                     members.append(member)
                 }
