@@ -131,37 +131,18 @@ extension Configuration {
     /// Applies an INI file's text (`[Section]`, `Key=Value`, `#`/`;` comments); names the line of
     /// the first bad key or value.
     public mutating func apply(fileText text: String, source: String) throws(ConfigurationError) {
-        var section: String?
-        var number = 0
-        for rawLine in text.split(separator: "\n", omittingEmptySubsequences: false) {
-            number += 1
-            let line = String(rawLine).trimmingASCIIWhitespace()
-            if line.isEmpty || line.hasPrefix("#") || line.hasPrefix(";") { continue }
-            if line.hasPrefix("[") {
-                guard line.hasSuffix("]"), line.count > 2 else {
-                    throw ConfigurationError(source: source, line: number, message: "malformed section header '\(line)'")
-                }
-                let name = String(line.dropFirst().dropLast())
-                guard Self.keys.contains(where: { $0.section == name }) else {
-                    throw ConfigurationError(source: source, line: number, message: "unknown section [\(name)]")
-                }
-                section = name
-                continue
-            }
-            guard let equals = line.firstIndex(of: "=") else {
-                throw ConfigurationError(source: source, line: number, message: "expected Key=Value, got '\(line)'")
-            }
-            let name = String(line[..<equals]).trimmingASCIIWhitespace()
-            let value = String(line[line.index(after: equals)...]).trimmingASCIIWhitespace()
-            guard let section else {
-                throw ConfigurationError(source: source, line: number, message: "'\(name)' outside of a section")
-            }
-            guard let key = Self.keys.first(where: { $0.name == name && $0.section == section }) else {
-                throw ConfigurationError(source: source, line: number, message: "unknown key '\(name)' in [\(section)]")
-            }
-            if let problem = key.apply(&self, value) {
-                throw ConfigurationError(source: source, line: number, message: "\(name): \(problem)")
-            }
+        for entry in try INI.entries(of: text, source: source, sections: Set(Self.keys.map(\.section))) {
+            try apply(entry, source: source)
+        }
+    }
+
+    /// Applies one `Key=Value` of an INI file.
+    mutating func apply(_ entry: INI.Entry, source: String) throws(ConfigurationError) {
+        guard let key = Self.keys.first(where: { $0.name == entry.key && $0.section == entry.section }) else {
+            throw ConfigurationError(source: source, line: entry.line, message: "unknown key '\(entry.key)' in [\(entry.section)]")
+        }
+        if let problem = key.apply(&self, entry.value) {
+            throw ConfigurationError(source: source, line: entry.line, message: "\(entry.key): \(problem)")
         }
     }
 

@@ -13,6 +13,15 @@ public enum ConfigurationValue {
 
     /// Parses a systemd time span (`30`, `30s`, `500ms`, `1min 5s`, `1.5s`); a bare number
     /// is seconds. Returns `nil` for anything else, including negative spans.
+    /// systemd's booleans: `yes`/`no`, `true`/`false`, `on`/`off`, `1`/`0`.
+    public static func parseBoolean(_ text: String) -> Bool? {
+        switch text.lowercased() {
+        case "yes", "true", "on", "1": true
+        case "no", "false", "off", "0": false
+        default: nil
+        }
+    }
+
     public static func parseTimeSpan(_ text: String) -> Duration? {
         var rest = Substring(text.trimmingASCIIWhitespace())
         guard !rest.isEmpty else { return nil }

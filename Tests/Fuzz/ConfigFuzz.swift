@@ -1,4 +1,5 @@
-// libFuzzer target: the configuration parser (INI files, --set, time spans and sizes).
+// libFuzzer target: the configuration parser (INI files, --set, time spans and sizes) and
+// the policy-file parser, its matcher and globs, on the same input.
 // Built by scripts/fuzz together with Sources/BGTaskCore (one module, so no import).
 //
 // Beyond "no crash": a configuration that loads renders to a file that loads back to the
@@ -18,6 +19,16 @@ public func fuzzConfiguration(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt
             preconditionFailure("rendered configuration does not load: \(error)\n\(rendered)")
         }
         precondition(again.rendered() == rendered, "rendering round trip changed\n\(rendered)")
+    }
+    // The same bytes as a policy file: parsed or refused with a line inside the file, and
+    // matched (globs included) against facts made of its own lines, without crashing.
+    do {
+        let policy = try AppPolicy(file: "fuzz.policy", text: text, base: Configuration())
+        let words = text.split(whereSeparator: { $0 == "\n" || $0 == " " }).prefix(4).map(String.init)
+        _ = policy.matches(AppFacts(unit: words.first, executable: words.dropFirst().first, uid: 1000, user: words.last))
+    } catch {
+        precondition(error.line >= 0 && error.line <= text.split(separator: "\n", omittingEmptySubsequences: false).count,
+                     "policy error names line \(error.line) of a shorter file")
     }
     for line in text.split(separator: "\n").prefix(8) {
         var assigned = Configuration()
