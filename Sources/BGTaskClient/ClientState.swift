@@ -3,7 +3,8 @@ import Varlink
 /// What the daemon says on the Subscribe stream, parsed.
 enum DaemonEvent: Equatable {
     case subscribed(state: String, remaining: Double?, held: Set<Int>)
-    case didEnterBackground(remaining: Double, transitionTimeout: Double)
+    /// `remaining` is `nil` for an exempt app: unlimited.
+    case didEnterBackground(remaining: Double?, transitionTimeout: Double)
     case willEnterForeground
     case taskGranted(Int)
     case taskDenied(Int, reason: String)
@@ -115,7 +116,7 @@ struct ClientState<Handler> {
             return expireOrphans(keeping: held) + pendingEnds.map { .send(.endTask($0)) }
         case let .didEnterBackground(remaining, timeout):
             state = .background
-            self.remaining = (remaining, now)
+            self.remaining = remaining.map { ($0, now) }
             transition = Transition(finishBy: now + max(0, Int64(timeout * 1e9) - Self.finishMargin))
             return [.enterBackground]
         case .willEnterForeground:
@@ -267,7 +268,7 @@ extension DaemonEvent {
             self = .subscribed(state: parameters["state"]?.stringValue ?? "foreground", remaining: remaining,
                                held: Set(ids))
         case "didEnterBackground"?:
-            self = .didEnterBackground(remaining: remaining ?? 0,
+            self = .didEnterBackground(remaining: remaining,
                                        transitionTimeout: parameters["transitionTimeout"]?.doubleValue ?? 0)
         case "willEnterForeground"?: self = .willEnterForeground
         case "taskGranted"?: guard let id else { return nil }; self = .taskGranted(id)

@@ -27,7 +27,7 @@ extension BackgroundModel {
         // A new epoch makes the timers armed for the old deadline stale; those still needed
         // are armed again.
         record.epoch += 1
-        record.deadline = target == .deadline ? now : min(deadline, now + configuration.expirationWarning)
+        record.deadline = target == .deadline ? now : min(deadline, now + settings(record).expirationWarning)
         apps[app] = record
         if target == .warning { timers.insert(.deadline(app, epoch: record.epoch), at: record.deadline!) }
         if record.phase == .transition, let transitionDeadline = record.transitionDeadline {
@@ -75,24 +75,28 @@ extension BackgroundModel {
 
     mutating func enterBackground(_ app: ProcessIdentity, at now: Instant, effects: inout [Effect]) {
         guard var record = apps[app], record.state == .foreground else { return }
-        let deadline = now + configuration.backgroundTime
+        let settings = settings(record)
+        let exempt = record.policy?.exempt == true
         record.state = .background
         count(from: .foreground, to: .background)
         record.phase = .transition
-        record.deadline = deadline
         record.warned = false
         record.epoch += 1
-        let warningAt = max(now, deadline - configuration.expirationWarning)
-        timers.insert(.warning(app, epoch: record.epoch), at: warningAt)
-        timers.insert(.deadline(app, epoch: record.epoch), at: deadline)
-        effects.append(.log(.app(.appBackgrounded, .info, app, command: record.command,
-                                 "entered the background with \(ConfigurationValue.formatTimeSpan(configuration.backgroundTime)) of background time")))
+        // An exempt app has no deadline: no warning, no suspension or termination for time.
+        record.deadline = exempt ? nil : now + settings.backgroundTime
+        if let deadline = record.deadline {
+            timers.insert(.warning(app, epoch: record.epoch), at: max(now, deadline - settings.expirationWarning))
+            timers.insert(.deadline(app, epoch: record.epoch), at: deadline)
+        }
+        let budget = exempt ? "no time limit (exempt by \(record.policy!.name))"
+            : "\(ConfigurationValue.formatTimeSpan(settings.backgroundTime)) of background time"
+        effects.append(.log(.app(.appBackgrounded, .info, app, command: record.command, "entered the background with \(budget)")))
         if record.subscribers > 0 {
-            record.transitionDeadline = now + configuration.transitionTimeout
-            timers.insert(.transitionTimeout(app, epoch: record.epoch), at: record.transitionDeadline!)
+            record.transitionDeadline = now + settings.transitionTimeout
+            if !exempt { timers.insert(.transitionTimeout(app, epoch: record.epoch), at: record.transitionDeadline!) }
             apps[app] = record
-            effects.append(.lifecycle(app, uid: record.uid, .didEnterBackground(transitionTimeout: configuration.transitionTimeout,
-                                                               backgroundTimeRemaining: configuration.backgroundTime)))
+            effects.append(.lifecycle(app, uid: record.uid, .didEnterBackground(transitionTimeout: settings.transitionTimeout,
+                                                               backgroundTimeRemaining: record.deadline.map { _ in settings.backgroundTime })))
         } else {
             // No subscriber: the app counts as having returned from its handler at once.
             apps[app] = record
@@ -194,7 +198,7 @@ extension BackgroundModel {
     /// it. A catchable signal is followed by `SIGKILL` after `TerminateGraceSec`.
     mutating func forceTerminate(_ app: ProcessIdentity, reason: ActionReason, at now: Instant, effects: inout [Effect]) {
         guard let record = apps[app] else { return }
-        let signal = configuration.terminateSignal
+        let signal = settings(record).terminateSignal
         var names: [String] = []
         var expired: [TaskID] = []
         let watched = needsWatch(app)
@@ -211,8 +215,8 @@ extension BackgroundModel {
         if !expired.isEmpty { effects.append(.lifecycle(app, uid: record.uid, .taskExpired(expired))) }
         removeApp(app)
         if signal != .kill {
-            terminating[app] = Termination(killAt: now + configuration.terminateGrace, uid: record.uid)
-            timers.insert(.kill(app), at: now + configuration.terminateGrace)
+            terminating[app] = Termination(killAt: now + settings(record).terminateGrace, uid: record.uid)
+            timers.insert(.kill(app), at: now + settings(record).terminateGrace)
         }
         effects.append(.act(AppActionRecord(app: app, uid: record.uid, command: record.command, unit: record.unit,
                                             action: .terminated, reason: reason, taskNames: names), signal: signal))

@@ -194,7 +194,7 @@ extension BackgroundModel {
             effects.append(.watch(app.identity))
             guard app.state == .background, let deadline = app.deadline else { continue }
             if !app.warned {
-                timers.insert(.warning(app.identity, epoch: 1), at: max(.zero, deadline - configuration.expirationWarning))
+                timers.insert(.warning(app.identity, epoch: 1), at: max(.zero, deadline - settings(record).expirationWarning))
             }
             timers.insert(.deadline(app.identity, epoch: 1), at: deadline)
             if record.phase == .transition, let transitionDeadline = app.transitionDeadline {

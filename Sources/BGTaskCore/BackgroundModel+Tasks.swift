@@ -9,6 +9,9 @@ extension BackgroundModel {
                                    at now: Instant, effects: inout [Effect]) throws(BGTaskError) -> TaskSnapshot {
         guard let record = apps[app] else { throw .noSuchApp(app.pid) }
         if record.state == .suspended || record.warned { throw .noBackgroundTime }
+        if let policy = record.policy, let maxTasks = policy.maxTasks, record.taskIDs.count >= maxTasks {
+            throw .limitExceeded("MaxTasks=\(maxTasks) of policy \(policy.name) reached")
+        }
         guard record.taskIDs.count < configuration.maxTasksPerApp else {
             throw .limitExceeded("MaxTasksPerApp=\(configuration.maxTasksPerApp) reached")
         }
@@ -19,7 +22,7 @@ extension BackgroundModel {
         nextTaskID += 1
         let task = TaskRecord(id: id, app: app, uid: record.uid, owner: owner, connection: connection, name: name,
                               expirationHandler: expirationHandler, created: now,
-                              grantAt: now + drawGrantLatency())
+                              grantAt: now + drawGrantLatency(settings(record)))
         let watched = needsWatch(owner)
         tasks[id] = task
         tasksPerUID[record.uid, default: 0] += 1
@@ -48,7 +51,7 @@ extension BackgroundModel {
         guard let record = apps[app], record.state == .background, record.phase == .transition else { return }
         apps[app]?.transitionDeadline = nil
         let holdsAssertion = record.taskIDs.contains { tasks[$0]?.state.isAssertion == true }
-        if holdsAssertion {
+        if holdsAssertion || record.policy?.exempt == true {  // an exempt app is not suspended
             apps[app]?.phase = record.warned ? .expiring : .running
         } else {
             suspend(app, reason: .transitionFinished, at: now, effects: &effects)
@@ -84,9 +87,9 @@ extension BackgroundModel {
 
     // MARK: Internals
 
-    mutating func drawGrantLatency() -> Duration {
-        let low = configuration.grantLatencyMin.nanoseconds
-        let high = max(low, configuration.grantLatencyMax.nanoseconds)
+    mutating func drawGrantLatency(_ settings: Configuration) -> Duration {
+        let low = settings.grantLatencyMin.nanoseconds
+        let high = max(low, settings.grantLatencyMax.nanoseconds)
         let value = low == high ? low : Int64.random(in: low...high, using: &random)
         return .nanoseconds(value)
     }
@@ -133,7 +136,7 @@ extension BackgroundModel {
     /// Rule 5: a background app past its transition whose last task ended is suspended.
     mutating func suspendIfIdle(_ app: ProcessIdentity, at now: Instant, effects: inout [Effect]) {
         guard let record = apps[app], record.state == .background, record.phase != .transition,
-              record.taskIDs.isEmpty else { return }
+              record.taskIDs.isEmpty, record.policy?.exempt != true else { return }
         suspend(app, reason: .tasksEnded, at: now, effects: &effects)
     }
 

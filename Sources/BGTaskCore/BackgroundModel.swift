@@ -11,6 +11,8 @@ public struct BackgroundModel {
         /// The unit cgroup the app is (`containment == .unit`).
         var unit: String?
         var containment: Containment
+        /// The policy file that matched it (DESIGN.md §2b); `nil`: `bgtaskd.conf` alone.
+        var policy: AppPolicy?
         var state: AppState = .foreground
         var phase: BackgroundPhase?
         /// When background time runs out; set while background.
@@ -139,6 +141,20 @@ public struct BackgroundModel {
         return true
     }
 
+    /// The settings `app` lives by: its policy's, else the daemon's.
+    public func settings(of app: ProcessIdentity) -> Configuration {
+        apps[app].map(settings) ?? configuration
+    }
+
+    func settings(_ record: AppRecord) -> Configuration { record.policy?.configuration ?? configuration }
+
+    /// Gives `app` the policy that matches it now (a reload): from its next background period.
+    public mutating func setPolicy(_ policy: AppPolicy?, of app: ProcessIdentity) {
+        guard var record = apps[app], record.policy != policy else { return }
+        record.policy = policy
+        apps[unsaved: app] = record
+    }
+
     /// How `app`'s processes are held together; `nil` if it is not an app.
     public func containment(of app: ProcessIdentity) -> Containment? { apps[app]?.containment }
 
@@ -146,8 +162,8 @@ public struct BackgroundModel {
     /// none does (rule 1). `privileged`: asked by root or `ManagerGroup`, who are held to
     /// `MaxApps` alone; everyone else also to `MaxAppsPerUser` and to `MaxApps` less the
     /// reserve, so that no user (or several) can lock the managers out.
-    public mutating func register(_ process: ProcessDescription, privileged: Bool = false, at now: Instant,
-                                  effects: inout [Effect]) throws(BGTaskError) -> ProcessIdentity {
+    public mutating func register(_ process: ProcessDescription, privileged: Bool = false, policy: AppPolicy? = nil,
+                                  at now: Instant, effects: inout [Effect]) throws(BGTaskError) -> ProcessIdentity {
         if let existing = app(containing: process) { return existing }
         guard process.identity.pid > 1 else {
             throw .invalidParameter("pid \(process.identity.pid) cannot be managed")
@@ -172,7 +188,7 @@ public struct BackgroundModel {
         // A unit already taken (by an app of another uid) leaves this one a process app.
         let unit = process.unit.flatMap { appsByUnit[$0] == nil ? $0 : nil }
         insertApp(AppRecord(identity: identity, uid: process.uid, command: process.command, unit: unit,
-                            containment: unit == nil ? processContainment : .unit))
+                            containment: unit == nil ? processContainment : .unit, policy: policy))
         settleWatch(identity, before: watched, effects: &effects)
         let containment = unit.map { "as unit \(AppUnit.name(ofPath: $0))" }
             ?? (processContainment == .tree ? "(containment tree: a process that re-parents, by a double fork or setsid, escapes it)"
@@ -233,13 +249,14 @@ public struct BackgroundModel {
         switch app.state {
         case .foreground: return nil
         case .suspended, .terminated: return .zero
-        case .background: return max(.zero, (app.deadline ?? now) - now)
+        case .background: return app.deadline.map { max(.zero, $0 - now) }  // none: exempt
         }
     }
 
     func snapshot(_ app: AppRecord, at now: Instant) -> AppSnapshot {
         AppSnapshot(identity: app.identity, uid: app.uid, command: app.command, unit: app.unit,
-                    containment: app.containment, state: app.state,
+                    containment: app.containment, policy: app.policy?.name, exempt: app.policy?.exempt == true,
+                    state: app.state,
                     phase: app.phase, taskCount: app.taskIDs.count,
                     backgroundTimeRemaining: remaining(app, at: now), subscribed: app.subscribers > 0)
     }

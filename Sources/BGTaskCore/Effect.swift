@@ -1,6 +1,7 @@
 /// A lifecycle event delivered to an app's subscribers (`io.bgtaskd.App.Subscribe`).
 public enum LifecycleEvent: Equatable, Sendable {
-    case didEnterBackground(transitionTimeout: Duration, backgroundTimeRemaining: Duration)
+    /// `backgroundTimeRemaining` is `nil` for an exempt app: unlimited.
+    case didEnterBackground(transitionTimeout: Duration, backgroundTimeRemaining: Duration?)
     case willEnterForeground
     case taskGranted(TaskID)
     case taskDenied(TaskID, TaskReason)

@@ -7,6 +7,10 @@ public struct AppSnapshot: Equatable, Sendable {
     /// The unit's cgroup path, for a unit app.
     public var unit: String?
     public var containment: Containment
+    /// The policy file that matched it, without `.policy`.
+    public var policy: String?
+    /// Never suspended or terminated for background time (its policy says so).
+    public var exempt: Bool
     public var state: AppState
     /// Set while `background`.
     public var phase: BackgroundPhase?

@@ -107,7 +107,8 @@ extension Daemon {
         enforcer.adopt(record.app, unitPath: record.unit)
         switch record.action {
         case .suspended:
-            enforcer.suspend(record.app, uid: record.uid, command: record.command, mode: model.configuration.suspendMode)
+            enforcer.suspend(record.app, uid: record.uid, command: record.command,
+                             mode: model.settings(of: record.app).suspendMode)
         case .resumed:
             enforcer.resume(record.app, uid: record.uid)
         case .terminated:

@@ -64,7 +64,8 @@ extension Daemon {
         guard known.contains(member) else { throw VarlinkError.methodNotFound(call.method) }
         try requireWritableState()
         let process = try caller(of: connection)
-        let app = try model.register(process, privileged: isPrivileged(connection), at: now, effects: &effects)
+        let app = try model.register(process, privileged: isPrivileged(connection), policy: policy(for: process),
+                                     at: now, effects: &effects)
         switch member {
         case "Subscribe":
             _ = try Parameters(call.parameters, allowed: [])
@@ -153,7 +154,8 @@ extension Daemon {
         callPidfds[resolved.description.identity] = resolved.pidfd
         if let app = model.app(containing: resolved.description) { return app }
         guard register else { throw BGTaskError.noSuchApp(resolved.description.identity.pid) }
-        return try model.register(resolved.description, privileged: isPrivileged(connection), at: now, effects: &effects)
+        return try model.register(resolved.description, privileged: isPrivileged(connection),
+                                  policy: policy(for: resolved.description), at: now, effects: &effects)
     }
 
     func managerCall(_ call: VarlinkCall, _ member: String, on connection: Connection, at now: Instant,
@@ -221,6 +223,12 @@ extension Daemon {
             let app = try managedApp(target, by: connection, register: false, at: now, effects: &effects)
             try model.expireNow(app, to: to, at: now, effects: &effects)
             return .reply(VarlinkReply())
+        case "GetPolicy":
+            let parameters = try Parameters(call.parameters, allowed: ["pid", "unit"])
+            let app = try managedApp(try parameters.target(), by: connection, register: false, at: now, effects: &effects)
+            return .reply(VarlinkReply(parameters: Wire.policy(model.snapshot(of: app, at: now)?.policy.flatMap { name in
+                policies.policies.first { $0.name == name }
+            }, settings: model.settings(of: app))))
         case "Reload":
             _ = try Parameters(call.parameters, allowed: [])
             guard isPrivileged(connection) else { throw VarlinkError.permissionDenied }

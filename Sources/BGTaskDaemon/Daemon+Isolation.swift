@@ -12,10 +12,11 @@ extension Daemon {
 
     /// Asks the manager that may (`Isolation.of`) to move a newly registered process app.
     func isolateIfAllowed(_ app: ProcessIdentity) {
-        guard model.configuration.isolateApps != .no, let containment = model.containment(of: app),
+        let mode = model.settings(of: app).isolateApps
+        guard mode != .no, let containment = model.containment(of: app),
               containment == .tree || containment == .tracked, let uid = model.owner(of: app),
               let cgroup = Cgroup.of(pid: app.pid),
-              let isolation = Isolation.of(cgroupPath: cgroup.path, uid: uid, mode: model.configuration.isolateApps,
+              let isolation = Isolation.of(cgroupPath: cgroup.path, uid: uid, mode: mode,
                                            daemonUID: Host.effectiveUID),
               let manager = manager(for: isolation) else { return }
         let pids = enforcer.members(of: app, uid: uid).map(\.pid)

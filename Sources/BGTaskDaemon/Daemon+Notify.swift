@@ -26,9 +26,12 @@ extension Daemon {
         defer { ServiceNotify.send("READY=1\nSTATUS=\(statusLine())") }
         do {
             let configuration = try options.loadConfiguration()
+            let policies = try options.loadPolicies(over: configuration)
             model.reload(configuration)
+            self.policies = policies
+            rematchPolicies()
             access = AccessPolicy(managerGID: Self.groupID(configuration.managerGroup))
-            log(.info, "Configuration reloaded")
+            log(.info, "Configuration reloaded (\(policies.policies.count) policies)")
             return nil
         } catch {
             log(.warning, "Configuration not reloaded, keeping the old one: \(error)")

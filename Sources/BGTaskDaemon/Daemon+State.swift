@@ -20,6 +20,7 @@ extension Daemon {
             return ProcessIdentity(pid: process.pid, startTime: process.startTime, inode: pidfd.inode)
         }
         model.restore(saved, at: now, effects: &effects)
+        rematchPolicies()  // not saved: matched again, from the live processes
         _ = model.takeChanges()
         writeState()
         for case let .watch(process) in effects {
@@ -40,7 +41,7 @@ extension Daemon {
         for app in model.listApps(at: now) {
             enforcer.adopt(app.identity, unitPath: app.unit)
             if app.state == .suspended {
-                enforcer.suspend(app.identity, uid: app.uid, command: app.command, mode: model.configuration.suspendMode)
+                enforcer.suspend(app.identity, uid: app.uid, command: app.command, mode: model.settings(of: app.identity).suspendMode)
             } else if enforcer.isStopped(app.identity, uid: app.uid) {
                 enforcer.resume(app.identity, uid: app.uid)
             }
@@ -104,7 +105,7 @@ extension Daemon {
         for app in deferredSuspensions.sorted(by: { $0.pid < $1.pid }) {
             guard let snapshot = model.snapshot(of: app, at: now), snapshot.state == .suspended else { continue }
             enforcer.adopt(app, unitPath: snapshot.unit)
-            enforcer.suspend(app, uid: snapshot.uid, command: snapshot.command, mode: model.configuration.suspendMode)
+            enforcer.suspend(app, uid: snapshot.uid, command: snapshot.command, mode: model.settings(of: app).suspendMode)
         }
         deferredSuspensions.removeAll()
     }

@@ -13,6 +13,8 @@ public final class Daemon {
     let loop: EventLoop
     var model: BackgroundModel
     var access: AccessPolicy
+    /// The policy files in force (DESIGN.md §2b).
+    var policies: PolicySet
     let resolver = ProcessResolver()
     var enforcer: Enforcer!
     /// Follows the forks of process apps (containment `tracked`); `nil` where the kernel's
@@ -72,9 +74,10 @@ public final class Daemon {
     let logDebug = Host.environment("SYSTEMD_LOG_LEVEL") == "debug"
 
     /// Sets up the loop on `listener` (bound or passed by systemd). Nothing runs until `run()`.
-    public init(options: DaemonOptions, configuration: Configuration, listener: FileDescriptor,
-                socketPath: String?, stateDirectory: StateDirectory) throws(Errno) {
+    public init(options: DaemonOptions, configuration: Configuration, policies: PolicySet = PolicySet(),
+                listener: FileDescriptor, socketPath: String?, stateDirectory: StateDirectory) throws(Errno) {
         self.options = options
+        self.policies = policies
         self.listener = listener
         self.socketPath = socketPath
         self.stateFile = StateFile(directory: stateDirectory)

@@ -17,22 +17,27 @@ public enum DaemonMain {
             return 0
         }
         let configuration: Configuration
+        let policies: PolicySet
         do {
             configuration = try options.loadConfiguration()
+            policies = try options.loadPolicies(over: configuration)
         } catch {
             printError("bgtaskd: configuration error: \(error)")
             return 1
         }
         if options.checkConfig {
             print(configuration.rendered(), terminator: "")
+            for policy in policies.policies {
+                print("\n# \(policy.file)\n" + Daemon.describe(policy), terminator: "")
+            }
             return 0
         }
         Host.raiseDescriptorLimit()
         do {
             let (listener, path) = try openListener(options)
             let state = try StateDirectory(path: stateDirectory(socketPath: path))
-            let daemon = try Daemon(options: options, configuration: configuration, listener: listener, socketPath: path,
-                                    stateDirectory: state)
+            let daemon = try Daemon(options: options, configuration: configuration, policies: policies, listener: listener,
+                                    socketPath: path, stateDirectory: state)
             return try daemon.run()
         } catch {
             printError("bgtaskd: \(error)")

@@ -84,6 +84,52 @@ public struct DaemonOptions: Sendable {
         return configuration
     }
 
+    /// Where policy files live (DESIGN.md §2b): `policy.d/` beside `--config FILE`; else
+    /// `/etc/bgtaskd/policy.d` for the system daemon, `$XDG_CONFIG_HOME/bgtaskd/policy.d` for a
+    /// per-user one (not root).
+    public var policyDirectory: String {
+        if let configFile {
+            let directory = configFile.split(separator: "/", omittingEmptySubsequences: false).dropLast().joined(separator: "/")
+            return (directory.isEmpty ? "." : directory) + "/policy.d"
+        }
+        guard Host.effectiveUID != 0 else { return "/etc/bgtaskd/policy.d" }
+        let config = Host.environment("XDG_CONFIG_HOME").flatMap { $0.hasPrefix("/") ? $0 : nil }
+            ?? (Host.environment("HOME") ?? "/") + "/.config"
+        return config + "/bgtaskd/policy.d"
+    }
+
+    /// A policy file is at most this long, and at most this many are read.
+    static let maximumPolicyBytes = 64 * 1024
+    static let maximumPolicies = 1024
+
+    /// Every `*.policy` in `policyDirectory`, over `configuration`. A missing directory is
+    /// no policies; a bad file is an error naming it and its line.
+    public func loadPolicies(over configuration: Configuration) throws(ConfigurationError) -> PolicySet {
+        let directory = policyDirectory
+        let names = ProcessTree.directoryNames(directory).filter { $0.hasSuffix(".policy") && !$0.hasPrefix(".") }.sorted()
+        guard names.count <= Self.maximumPolicies else {
+            throw ConfigurationError(source: directory, line: 0, message: "more than \(Self.maximumPolicies) policy files")
+        }
+        var files: [(path: String, text: String)] = []
+        for name in names {
+            let path = directory + "/" + name
+            let bytes: [UInt8]
+            do {
+                bytes = try readFile(path, limit: Self.maximumPolicyBytes + 1)
+            } catch {
+                throw ConfigurationError(source: path, line: 0, message: "\(error)")
+            }
+            guard bytes.count <= Self.maximumPolicyBytes else {
+                throw ConfigurationError(source: path, line: 0, message: "longer than \(Self.maximumPolicyBytes) bytes")
+            }
+            guard let text = String(validating: bytes, as: UTF8.self) else {
+                throw ConfigurationError(source: path, line: 0, message: "not valid UTF-8")
+            }
+            files.append((path, text))
+        }
+        return try PolicySet(files: files, base: configuration)
+    }
+
     /// `FILE.d/*.conf`, sorted.
     static func dropIns(of file: String) -> [String] {
         let directory = file + ".d"

@@ -13,6 +13,7 @@ enum Wire {
             "pid": .int(Int64(app.identity.pid)), "uid": .int(Int64(app.uid)), "command": .string(app.command),
             "unit": app.unit.map { .string(AppUnit.name(ofPath: $0)) } ?? .null,
             "containment": .string(app.containment.rawValue),
+            "policy": app.policy.map { .string($0) } ?? .null, "exempt": .bool(app.exempt),
             "state": .string(app.state.rawValue), "phase": app.phase.map { .string($0.rawValue) } ?? .null,
             "tasks": .int(Int64(app.taskCount)), "backgroundTimeRemaining": seconds(app.backgroundTimeRemaining),
             "subscribed": .bool(app.subscribed),

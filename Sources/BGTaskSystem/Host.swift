@@ -32,6 +32,27 @@ public enum Host {
         return pids.count == 1 && mapping == ["0", "0", "4294967295"]
     }
 
+    /// The name of user `uid`, if it has one. `getpwuid_r(3)`
+    public static func userName(uid: UInt32) -> String? {
+        var entry = passwd()
+        var result: UnsafeMutablePointer<passwd>?
+        var buffer = [CChar](repeating: 0, count: 4096)
+        guard getpwuid_r(uid, &entry, &buffer, buffer.count, &result) == 0, result != nil, let name = entry.pw_name else {
+            return nil
+        }
+        return String(cString: name)
+    }
+
+    /// The path of `pid`'s executable (`/proc/PID/exe`): the kernel's, not the process's own
+    /// claim. `nil` where it cannot be read (another user's process, without `CAP_SYS_PTRACE`).
+    public static func executable(pid: Int32) -> String? {
+        var buffer = [CChar](repeating: 0, count: 4097)
+        let length = readlink("/proc/\(pid)/exe", &buffer, 4096)
+        guard length > 0 else { return nil }
+        let path = String(decoding: buffer[..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return path.hasSuffix(" (deleted)") ? nil : path
+    }
+
     /// The environment variable `name`, if set. `getenv(3)`
     public static func environment(_ name: String) -> String? {
         getenv(name).map { String(cString: $0) }

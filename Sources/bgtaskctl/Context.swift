@@ -28,6 +28,7 @@ struct Context {
       expire PID|--unit NAME [--deadline]
                              give a background app its expiration warning now (its
                              handlers run), or with --deadline pass its deadline now
+      policy PID|--unit NAME which policy file matched the app, and its effective settings
       reload                 reload the daemon's configuration
       run [--name NAME] -- CMD...
                              hold a background task while CMD runs; CMD gets SIGTERM when

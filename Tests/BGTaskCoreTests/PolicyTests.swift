@@ -1,4 +1,4 @@
-import BGTaskCore
+@testable import BGTaskCore
 import Testing
 
 /// Policy files (DESIGN.md §2b): parsing, matching and precedence. Not yet applied by the
@@ -81,5 +81,62 @@ import Testing
     ] as [(String, String, Bool)])
     func globsMatchAsTheShellDoes(pattern: String, text: String, matches: Bool) {
         #expect(Glob.matches(pattern, text) == matches)
+    }
+}
+
+/// What a policy does to its app in the model, with explicit instants.
+@Suite struct PolicyModelTests {
+    static func policy(_ text: String) throws -> AppPolicy {
+        try AppPolicy(file: "/etc/bgtaskd/policy.d/50-test.policy", text: text, base: ModelHarness().model.configuration)
+    }
+
+    mutating func register(_ harness: inout ModelHarness, pid: Int32, policy: AppPolicy?) throws -> ProcessIdentity {
+        try harness.model.register(harness.process(pid: pid), policy: policy, at: harness.now, effects: &harness.effects)
+    }
+
+    @Test mutating func anExemptAppIsNeverSuspendedNorTerminatedForTime() throws {
+        var harness = ModelHarness()  // budget 30 s
+        let exempt = try register(&harness, pid: 100, policy: try Self.policy("[Policy]\nExempt=yes\n"))
+        let plain = try register(&harness, pid: 200, policy: nil)
+        let task = try harness.begin(exempt)
+        harness.at(0.05)
+        for app in [exempt, plain] { try harness.background(app) }
+        #expect(harness.state(plain) == .suspended)  // idle: suspended at once
+        #expect(harness.state(exempt) == .background && harness.phase(exempt) == .running)
+        #expect(harness.model.backgroundTimeRemaining(of: exempt, at: harness.now) == nil)  // unlimited
+        harness.at(3600)
+        #expect(harness.taskState(task) == .granted && harness.state(exempt) == .background)
+        try harness.end(task, in: exempt)  // its last task ends: still not suspended
+        #expect(harness.state(exempt) == .background)
+        #expect(harness.model.snapshot(of: exempt, at: harness.now)?.exempt == true)
+        try harness.model.terminate(exempt, at: harness.now, effects: &harness.effects)  // a manager still may
+        #expect(harness.state(exempt) == nil)
+    }
+
+    @Test mutating func aPolicysBudgetAndMaxTasksAreTheAppsOwn() throws {
+        var harness = ModelHarness()
+        let app = try register(&harness, pid: 100, policy: try Self.policy("[Policy]\nBackgroundTimeSec=3s\nMaxTasks=2\n"))
+        _ = try harness.begin(app)
+        _ = try harness.begin(app)
+        #expect(throws: BGTaskError.limitExceeded("MaxTasks=2 of policy 50-test reached")) { try harness.begin(app) }
+        harness.at(0.05)
+        try harness.background(app)
+        #expect(harness.model.backgroundTimeRemaining(of: app, at: harness.now) == .seconds(3))
+        harness.at(3.05)  // its deadline, not the daemon's 30 s
+        #expect(harness.take().actions.map(\.1) == [.assertionsBeyondPermittedTime])
+    }
+
+    @Test mutating func aReloadedPolicyAppliesFromTheNextBackgroundPeriod() throws {
+        var harness = ModelHarness()
+        let app = try register(&harness, pid: 100, policy: nil)
+        _ = try harness.begin(app)
+        harness.at(0.05)
+        try harness.background(app)
+        harness.model.setPolicy(try Self.policy("[Policy]\nBackgroundTimeSec=3s\n"), of: app)
+        #expect(harness.model.backgroundTimeRemaining(of: app, at: harness.now) == .seconds(30))  // this period
+        try harness.foreground(app)
+        try harness.background(app)
+        #expect(harness.model.backgroundTimeRemaining(of: app, at: harness.now) == .seconds(3))
+        #expect(harness.model.snapshot(of: app, at: harness.now)?.policy == "50-test")
     }
 }

@@ -1,0 +1,53 @@
+import BGTaskSystem
+import Glibc
+import Testing
+import TestSupport
+import Varlink
+
+/// Policy files through the real daemon: matched by what the kernel says of an app.
+@Suite(.serialized) struct PolicyEndToEndTests {
+    typealias ConfigFiles = ConfigurationFileTests.ConfigFiles
+
+    /// A configuration directory whose `policy.d/` exempts `/usr/bin/sleep`.
+    static func sleepExempt() throws -> ConfigFiles {
+        let files = try ConfigFiles()
+        try files.write(files.main, "")
+        mkdir(files.directory + "/policy.d", 0o755)
+        try files.write(files.directory + "/policy.d/50-sleep.policy", "[Match]\nExecutable=/usr/bin/sleep\n\n[Policy]\nExempt=yes\n")
+        return files
+    }
+
+    @Test func anExecutablePolicyExemptsOneAppWhileAnotherWithTheSameBudgetIsSuspended() throws {
+        let files = try Self.sleepExempt()
+        let daemon = try TestDaemon(["BackgroundTimeSec=1s"], extraArguments: ["--config", files.main])
+        let exempt = try Spawned("/bin/sleep", ["600"])
+        let other = try Spawned("/usr/bin/tail", ["-f", "/dev/null"])
+        try daemon.setState(other.pid, "background")
+        try daemon.setState(exempt.pid, "background")
+        try waitUntil("the other app suspended") { processState(other.pid) == "T" }
+        let app = try #require(try daemon.app(exempt.pid))
+        #expect(app["policy"] == "50-sleep" && app["exempt"] == true && app["state"] == "background")
+        #expect(app["backgroundTimeRemaining"] == .null)  // unlimited
+        #expect(processState(exempt.pid) != "T")
+        let (code, output) = try daemon.ctl(["policy", "\(exempt.pid)"])
+        #expect(code == 0 && output.contains("Policy: 50-sleep (\(files.directory)/policy.d/50-sleep.policy)")
+            && output.contains("BackgroundTimeSec=1s") && output.contains("Exempt=yes"), "\(output)")
+        let (_, none) = try daemon.ctl(["policy", "\(other.pid)"])
+        #expect(none.contains("Policy: none"), "\(none)")
+        #expect(try daemon.ctl(["apps"]).1.contains("50-sleep (exempt)"))
+    }
+
+    @Test func aBadPolicyNamesItsFileAndLineAndAReloadKeepsTheOldOnes() throws {
+        let files = try Self.sleepExempt()
+        let daemon = try TestDaemon(["BackgroundTimeSec=1s"], extraArguments: ["--config", files.main])
+        let bad = files.directory + "/policy.d/60-bad.policy"
+        try files.write(bad, "[Policy]\nExempt=perhaps\n")
+        let (code, output) = try daemon.ctl(["reload"])
+        #expect(code == 1 && output.contains("\(bad):2: Exempt: expected yes or no"), "\(output)")
+        let sleeper = try Spawned("/bin/sleep", ["600"])  // registered after the failed reload
+        try daemon.setState(sleeper.pid, "background")
+        #expect(try daemon.app(sleeper.pid)?["exempt"] == true)  // the old policies are in force
+        let (checked, refusal) = try ConfigurationFileTests.checkConfig(["--config", files.main])
+        #expect(checked != 0 && refusal.contains("\(bad):2:"), "\(refusal)")  // and would keep a daemon from starting
+    }
+}
