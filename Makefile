@@ -85,7 +85,8 @@ install-files:
 	@# An existing configuration is the administrator's: never overwrite it.
 	[ -e $(DESTDIR)$(SYSCONFDIR)/bgtaskd/bgtaskd.conf ] || \
 		install -Dm644 config/bgtaskd.conf $(DESTDIR)$(SYSCONFDIR)/bgtaskd/bgtaskd.conf
-	install -d $(DESTDIR)$(SYSCONFDIR)/bgtaskd/bgtaskd.conf.d
+	install -d $(DESTDIR)$(SYSCONFDIR)/bgtaskd/bgtaskd.conf.d $(DESTDIR)$(SYSCONFDIR)/bgtaskd/policy.d
+	install -Dm644 config/example.policy $(DESTDIR)$(DATADIR)/bgtaskd/example.policy
 	install -Dm644 Sources/BGTaskDaemon/io.bgtaskd.varlink $(DESTDIR)$(DATADIR)/bgtaskd/io.bgtaskd.varlink
 	install -Dm644 man/bgtaskd.8 $(DESTDIR)$(MANDIR)/man8/bgtaskd.8
 	install -Dm644 man/bgtaskctl.1 $(DESTDIR)$(MANDIR)/man1/bgtaskctl.1

@@ -16,6 +16,13 @@ extension Daemon {
                  user: Host.userName(uid: uid))
     }
 
+    /// Says once per load what a policy asks for that is not enforced yet.
+    func notePolicies() {
+        for policy in policies.policies where policy.dailyBackground != nil {
+            log(.notice, "\(policy.file): DailyBackgroundSec is not enforced yet (the background-time quota is to come)")
+        }
+    }
+
     /// Matches every app again (after a reload or a restart): the new policy applies from
     /// the app's next background period.
     func rematchPolicies() {
