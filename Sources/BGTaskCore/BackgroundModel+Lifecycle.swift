@@ -58,7 +58,7 @@ extension BackgroundModel {
                            at: now, effects: &effects)
                 }
             }
-            removeApp(process)
+            removeApp(process, at: now)
             effects.append(.log(.app(.appExited, .info, process, command: app.command, "exited; forgotten")))
         }
         var affected: [ProcessIdentity] = []
@@ -83,25 +83,29 @@ extension BackgroundModel {
         record.warned = false
         record.epoch += 1
         // An exempt app has no deadline: no warning, no suspension or termination for time.
-        record.deadline = exempt ? nil : now + settings.backgroundTime
+        // With a quota, the period ends when the budget or the quota left does, the earlier.
+        let quotaLeft = quotaRemaining(record, at: now)
+        record.deadline = exempt ? nil : now + min(settings.backgroundTime, quotaLeft ?? settings.backgroundTime)
         if let deadline = record.deadline {
             timers.insert(.warning(app, epoch: record.epoch), at: max(now, deadline - settings.expirationWarning))
             timers.insert(.deadline(app, epoch: record.epoch), at: deadline)
         }
         let budget = exempt ? "no time limit (exempt by \(record.policy!.name))"
-            : "\(ConfigurationValue.formatTimeSpan(settings.backgroundTime)) of background time"
+            : "\(ConfigurationValue.formatTimeSpan(record.deadline! - now)) of background time"
+            + (quotaLeft.map { " (\(ConfigurationValue.formatTimeSpan($0)) of its daily quota left)" } ?? "")
         effects.append(.log(.app(.appBackgrounded, .info, app, command: record.command, "entered the background with \(budget)")))
         if record.subscribers > 0 {
             record.transitionDeadline = now + settings.transitionTimeout
             if !exempt { timers.insert(.transitionTimeout(app, epoch: record.epoch), at: record.transitionDeadline!) }
             apps[app] = record
             effects.append(.lifecycle(app, uid: record.uid, .didEnterBackground(transitionTimeout: settings.transitionTimeout,
-                                                               backgroundTimeRemaining: record.deadline.map { _ in settings.backgroundTime })))
+                                                               backgroundTimeRemaining: record.deadline.map { $0 - now })))
         } else {
             // No subscriber: the app counts as having returned from its handler at once.
             apps[app] = record
             finishTransition(of: app, at: now, effects: &effects)
         }
+        settleQuota(app, at: now)
     }
 
     mutating func enterForeground(_ app: ProcessIdentity, at now: Instant, effects: inout [Effect]) {
@@ -130,6 +134,7 @@ extension BackgroundModel {
             effects.append(.taskChanged(snapshot(task, at: now)))
         }
         effects.append(.lifecycle(app, uid: record.uid, .willEnterForeground))
+        settleQuota(app, at: now)
     }
 
     /// Rule 6: the warning timer fired.
@@ -192,6 +197,7 @@ extension BackgroundModel {
                                             action: .suspended, reason: reason, taskNames: []), signal: nil))
         effects.append(.log(.app(.appSuspended, .notice, app, command: record.command, "suspended: \(reason.rawValue)",
                                  reason: reason)))
+        settleQuota(app, at: now)
     }
 
     /// Terminates an app: its tasks expire (or end), it is forgotten, and the daemon signals
@@ -213,7 +219,7 @@ extension BackgroundModel {
             }
         }
         if !expired.isEmpty { effects.append(.lifecycle(app, uid: record.uid, .taskExpired(expired))) }
-        removeApp(app)
+        removeApp(app, at: now)
         if signal != .kill {
             terminating[app] = Termination(killAt: now + settings(record).terminateGrace, uid: record.uid)
             timers.insert(.kill(app), at: now + settings(record).terminateGrace)

@@ -8,6 +8,9 @@ public struct SavedApp: Equatable, Sendable {
     public var command: String
     public var unit: String?
     public var containment: Containment
+    /// What its daily background time is kept by, and since when it has been counting.
+    public var quotaKey: String?
+    public var holdingSince: Instant?
     public var state: AppState
     public var phase: BackgroundPhase?
     public var deadline: Instant?
@@ -22,6 +25,8 @@ public struct SavedApp: Equatable, Sendable {
         self.command = command
         self.unit = unit
         self.containment = containment
+        self.quotaKey = nil
+        self.holdingSince = nil
         self.state = state
         self.phase = phase
         self.deadline = deadline
@@ -64,6 +69,8 @@ public struct SavedState: Equatable, Sendable {
     public var tasks: [TaskID: SavedTask] = [:]
     /// Terminated processes and when their `SIGKILL` is due.
     public var terminating: [ProcessIdentity: Termination] = [:]
+    /// Background time used per app key (`BackgroundModel+Quota`).
+    public var quota: [String: [QuotaInterval]] = [:]
     public var nextTaskID: TaskID = 1
 
     public init() {}
@@ -156,14 +163,18 @@ extension BackgroundModel {
         for app in apps.values { state.apps[app.identity] = saved(app) }
         for task in tasks.values { state.tasks[task.id] = saved(task) }
         state.terminating = terminating
+        state.quota = quotaUsage
         state.nextTaskID = nextTaskID
         return state
     }
 
     func saved(_ app: AppRecord) -> SavedApp {
-        SavedApp(identity: app.identity, uid: app.uid, command: app.command, unit: app.unit,
-                 containment: app.containment, state: app.state, phase: app.phase,
-                 deadline: app.deadline, transitionDeadline: app.transitionDeadline, warned: app.warned)
+        var saved = SavedApp(identity: app.identity, uid: app.uid, command: app.command, unit: app.unit,
+                             containment: app.containment, state: app.state, phase: app.phase,
+                             deadline: app.deadline, transitionDeadline: app.transitionDeadline, warned: app.warned)
+        saved.quotaKey = app.quotaKey
+        saved.holdingSince = app.holdingSince
+        return saved
     }
 
     func saved(_ task: TaskRecord) -> SavedTask {
@@ -180,6 +191,7 @@ extension BackgroundModel {
     public mutating func restore(_ saved: SavedState, at now: Instant, effects: inout [Effect]) {
         precondition(apps.count == 0 && tasks.count == 0, "restore into a model with no apps")
         nextTaskID = max(nextTaskID, saved.nextTaskID, (saved.tasks.keys.max() ?? 0) + 1)
+        quotaUsage = saved.quota
         for app in saved.apps.values.sorted(by: { $0.identity.pid < $1.identity.pid }) {
             let unit = app.unit.flatMap { appsByUnit[$0] == nil ? $0 : nil }
             var record = AppRecord(identity: app.identity, uid: app.uid, command: app.command, unit: unit,
@@ -190,6 +202,9 @@ extension BackgroundModel {
             record.transitionDeadline = app.transitionDeadline
             record.warned = app.warned
             record.epoch = 1
+            record.quotaKey = app.quotaKey
+            record.holdingSince = app.holdingSince
+            if let key = app.quotaKey, app.holdingSince != nil { quotaHolders[key, default: []].insert(app.identity) }
             insertApp(record)
             effects.append(.watch(app.identity))
             guard app.state == .background, let deadline = app.deadline else { continue }
@@ -232,5 +247,15 @@ extension BackgroundModel {
         for app in apps.values where app.phase == .transition {
             finishTransition(of: app.identity, at: now, effects: &effects)
         }
+    }
+}
+
+extension SavedApp {
+    /// The app with its quota record (read back from the state file).
+    public func withQuota(key: String?, holdingSince: Instant?) -> SavedApp {
+        var app = self
+        app.quotaKey = key
+        app.holdingSince = holdingSince
+        return app
     }
 }

@@ -9,6 +9,7 @@ extension BackgroundModel {
                                    at now: Instant, effects: inout [Effect]) throws(BGTaskError) -> TaskSnapshot {
         guard let record = apps[app] else { throw .noSuchApp(app.pid) }
         if record.state == .suspended || record.warned { throw .noBackgroundTime }
+        if record.state == .background, quotaRemaining(record, at: now) == .zero { throw .noBackgroundTime }
         if let policy = record.policy, let maxTasks = policy.maxTasks, record.taskIDs.count >= maxTasks {
             throw .limitExceeded("MaxTasks=\(maxTasks) of policy \(policy.name) reached")
         }
@@ -104,6 +105,7 @@ extension BackgroundModel {
         if debugLogging {
             effects.append(.log(.task(.taskGranted, .debug, id, name: task.name, app: task.app, command: app.command, "granted")))
         }
+        settleQuota(task.app, at: now)
     }
 
     /// Removes an active task, telling its stream and subscribers why.
@@ -126,6 +128,7 @@ extension BackgroundModel {
         if !task.ageWarned { forgetAgeEntry() }
         if state == .denied { effects.append(.lifecycle(task.app, uid: task.uid, .taskDenied(task.id, reason))) }
         effects.append(.taskChanged(snapshot(ended, at: now, reason: reason)))
+        settleQuota(task.app, at: now)
         if state == .ended, !debugLogging { return }
         let kind: LogKind = state == .denied ? .taskDenied : state == .expired ? .taskExpired : .taskEnded
         let verb = state == .denied ? "denied" : state == .expired ? "expired" : "ended"

@@ -13,6 +13,10 @@ public struct BackgroundModel {
         var containment: Containment
         /// The policy file that matched it (DESIGN.md §2b); `nil`: `bgtaskd.conf` alone.
         var policy: AppPolicy?
+        /// What its daily background time is kept by: the app across relaunches.
+        var quotaKey: String?
+        /// Since when it has held a granted task in the background, for an app with a quota.
+        var holdingSince: Instant?
         var state: AppState = .foreground
         var phase: BackgroundPhase?
         /// When background time runs out; set while background.
@@ -63,6 +67,11 @@ public struct BackgroundModel {
         return tasksByOwner[process]?.first.flatMap { tasks[$0]?.uid }
     }
 
+    /// Background time used per app key, in the rolling window (`BackgroundModel+Quota`).
+    var quotaUsage: [String: [QuotaInterval]] = [:]
+    /// Apps of each key holding a task now (their time counts as it passes).
+    var quotaHolders: [String: Set<ProcessIdentity>] = [:]
+    var quotaChanged: Set<String> = []
     /// Apps by owner, so listings filter before they build and per-user limits cost nothing.
     var appsByUID: [UInt32: Set<ProcessIdentity>] = [:]
     /// Unit apps by their unit's cgroup path: a call from any process in it is the app's.
@@ -149,10 +158,16 @@ public struct BackgroundModel {
     func settings(_ record: AppRecord) -> Configuration { record.policy?.configuration ?? configuration }
 
     /// Gives `app` the policy that matches it now (a reload): from its next background period.
-    public mutating func setPolicy(_ policy: AppPolicy?, of app: ProcessIdentity) {
-        guard var record = apps[app], record.policy != policy else { return }
+    public mutating func setPolicy(_ policy: AppPolicy?, quotaKey: String?, of app: ProcessIdentity, at now: Instant) {
+        guard var record = apps[app], record.policy != policy || record.quotaKey != quotaKey else { return }
+        if let since = record.holdingSince, let key = record.quotaKey {  // counted so far under the old one
+            record.holdingSince = nil
+            stopHolding(app, key: key, since: since, at: now)
+        }
         record.policy = policy
-        apps[unsaved: app] = record
+        record.quotaKey = quotaKey
+        apps[app] = record
+        settleQuota(app, at: now)
     }
 
     /// How `app`'s processes are held together; `nil` if it is not an app.
@@ -163,7 +178,8 @@ public struct BackgroundModel {
     /// `MaxApps` alone; everyone else also to `MaxAppsPerUser` and to `MaxApps` less the
     /// reserve, so that no user (or several) can lock the managers out.
     public mutating func register(_ process: ProcessDescription, privileged: Bool = false, policy: AppPolicy? = nil,
-                                  at now: Instant, effects: inout [Effect]) throws(BGTaskError) -> ProcessIdentity {
+                                  quotaKey: String? = nil, at now: Instant,
+                                  effects: inout [Effect]) throws(BGTaskError) -> ProcessIdentity {
         if let existing = app(containing: process) { return existing }
         guard process.identity.pid > 1 else {
             throw .invalidParameter("pid \(process.identity.pid) cannot be managed")
@@ -188,7 +204,7 @@ public struct BackgroundModel {
         // A unit already taken (by an app of another uid) leaves this one a process app.
         let unit = process.unit.flatMap { appsByUnit[$0] == nil ? $0 : nil }
         insertApp(AppRecord(identity: identity, uid: process.uid, command: process.command, unit: unit,
-                            containment: unit == nil ? processContainment : .unit, policy: policy))
+                            containment: unit == nil ? processContainment : .unit, policy: policy, quotaKey: quotaKey))
         settleWatch(identity, before: watched, effects: &effects)
         let containment = unit.map { "as unit \(AppUnit.name(ofPath: $0))" }
             ?? (processContainment == .tree ? "(containment tree: a process that re-parents, by a double fork or setsid, escapes it)"
@@ -256,6 +272,7 @@ public struct BackgroundModel {
     func snapshot(_ app: AppRecord, at now: Instant) -> AppSnapshot {
         AppSnapshot(identity: app.identity, uid: app.uid, command: app.command, unit: app.unit,
                     containment: app.containment, policy: app.policy?.name, exempt: app.policy?.exempt == true,
+                    backgroundQuotaRemaining: quotaRemaining(app, at: now),
                     state: app.state,
                     phase: app.phase, taskCount: app.taskIDs.count,
                     backgroundTimeRemaining: remaining(app, at: now), subscribed: app.subscribers > 0)
@@ -276,11 +293,14 @@ public struct BackgroundModel {
     }
 
     /// Removes an app record (its tasks must be gone already) and keeps the indexes in step.
-    mutating func removeApp(_ identity: ProcessIdentity) {
+    mutating func removeApp(_ identity: ProcessIdentity, at now: Instant) {
         guard let record = apps[identity] else { return }
         apps[identity] = nil
         appsByUID[record.uid]?.remove(identity)
         if let unit = record.unit, appsByUnit[unit] == identity { appsByUnit[unit] = nil }
+        if let since = record.holdingSince, let key = record.quotaKey {
+            stopHolding(identity, key: key, since: since, at: now)
+        }
         if appsByUID[record.uid]?.isEmpty == true { appsByUID[record.uid] = nil }
         count(from: record.state, to: nil)
     }

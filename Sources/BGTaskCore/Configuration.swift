@@ -69,6 +69,8 @@ public struct Configuration: Equatable, Sendable {
     public var grantLatencySeed: UInt64? = nil
     /// Tasks older than this are logged, as UIKit does.
     public var taskAgeWarning: Duration = .seconds(30)
+    /// The rolling window a policy's `DailyBackgroundSec` counts over.
+    public var quotaWindow: Duration = .seconds(24 * 3600)
     // [Enforcement]
     public var suspendMode: SuspendMode = .auto
     public var isolateApps: IsolateApps = .auto

@@ -182,3 +182,29 @@ public enum Glob {
         return found != negated ? close - pattern.startIndex + 1 : nil
     }
 }
+
+extension AppFacts {
+    /// What an app's daily background time is kept by, so a relaunch does not reset it: its
+    /// unit's name without an instance or a numeric suffix (`app-gnome-foo-1234.scope` →
+    /// `app-gnome-foo.scope`, `foo@2.service` → `foo@.service`); for a process app, or a unit
+    /// whose name is made up per run (`run-u42.scope`, `app-bgtaskd-PID.scope`), its uid and
+    /// executable (the uid alone when the executable cannot be read: never a name the app
+    /// could choose).
+    public var quotaKey: String {
+        if let unit, let key = Self.unitKey(unit) { return "unit " + key }
+        return "uid \(uid) " + (executable ?? "")
+    }
+
+    static func unitKey(_ name: String) -> String? {
+        guard let dot = name.lastIndex(of: ".") else { return nil }
+        var stem = String(name[..<dot])
+        let suffix = String(name[dot...])
+        if stem.hasPrefix("run-") || stem.hasPrefix("app-bgtaskd-") { return nil }
+        if let at = stem.firstIndex(of: "@") { return String(stem[...at]) + suffix }
+        while let dash = stem.lastIndex(of: "-"), stem[stem.index(after: dash)...].allSatisfy({ $0.isHexDigit }),
+              stem.index(after: dash) < stem.endIndex {
+            stem = String(stem[..<dash])
+        }
+        return stem.isEmpty ? nil : stem + suffix
+    }
+}

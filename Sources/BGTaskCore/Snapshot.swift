@@ -11,6 +11,8 @@ public struct AppSnapshot: Equatable, Sendable {
     public var policy: String?
     /// Never suspended or terminated for background time (its policy says so).
     public var exempt: Bool
+    /// Daily background time left; `nil` without a quota.
+    public var backgroundQuotaRemaining: Duration?
     public var state: AppState
     /// Set while `background`.
     public var phase: BackgroundPhase?

@@ -64,8 +64,14 @@ extension Daemon {
         guard known.contains(member) else { throw VarlinkError.methodNotFound(call.method) }
         try requireWritableState()
         let process = try caller(of: connection)
-        let app = try model.register(process, privileged: isPrivileged(connection), policy: policy(for: process),
+        let app: ProcessIdentity
+        if let known = model.app(containing: process) {
+            app = known  // the common case: no policy lookup on the hot path
+        } else {
+            let (policy, quotaKey) = policy(for: process)
+            app = try model.register(process, privileged: isPrivileged(connection), policy: policy, quotaKey: quotaKey,
                                      at: now, effects: &effects)
+        }
         switch member {
         case "Subscribe":
             _ = try Parameters(call.parameters, allowed: [])
@@ -104,6 +110,7 @@ extension Daemon {
             let snapshot = model.snapshot(of: app, at: now)!
             return VarlinkReply(parameters: [
                 "backgroundTimeRemaining": Wire.seconds(snapshot.backgroundTimeRemaining),
+                "backgroundQuotaRemaining": Wire.seconds(snapshot.backgroundQuotaRemaining),
                 "state": .string(snapshot.state.rawValue),
             ])
         default:  // FinishBackgroundTransition
@@ -154,8 +161,9 @@ extension Daemon {
         callPidfds[resolved.description.identity] = resolved.pidfd
         if let app = model.app(containing: resolved.description) { return app }
         guard register else { throw BGTaskError.noSuchApp(resolved.description.identity.pid) }
-        return try model.register(resolved.description, privileged: isPrivileged(connection),
-                                  policy: policy(for: resolved.description), at: now, effects: &effects)
+        let (policy, quotaKey) = policy(for: resolved.description)
+        return try model.register(resolved.description, privileged: isPrivileged(connection), policy: policy,
+                                  quotaKey: quotaKey, at: now, effects: &effects)
     }
 
     func managerCall(_ call: VarlinkCall, _ member: String, on connection: Connection, at now: Instant,

@@ -30,7 +30,6 @@ extension Daemon {
             model.reload(configuration)
             self.policies = policies
             rematchPolicies()
-            notePolicies()
             access = AccessPolicy(managerGID: Self.groupID(configuration.managerGroup))
             log(.info, "Configuration reloaded (\(policies.policies.count) policies)")
             return nil

@@ -5,10 +5,13 @@ import Varlink
 /// Per-app policies (DESIGN.md §2b): which file matches an app, from what the kernel says of
 /// it — its unit, its executable (`/proc/PID/exe`, never the process's own claim), its user.
 extension Daemon {
-    /// The policy for a process about to become an app; `nil` with no policy files.
-    func policy(for process: ProcessDescription) -> AppPolicy? {
-        guard !policies.policies.isEmpty else { return nil }
-        return policies.policy(for: facts(pid: process.identity.pid, uid: process.uid, unit: process.unit))
+    /// The policy for a process about to become an app (`nil` with no policy files), and
+    /// the key its daily background time is kept by (only when the policy sets one).
+    func policy(for process: ProcessDescription) -> (policy: AppPolicy?, quotaKey: String?) {
+        guard !policies.policies.isEmpty else { return (nil, nil) }
+        let facts = facts(pid: process.identity.pid, uid: process.uid, unit: process.unit)
+        let policy = policies.policy(for: facts)
+        return (policy, policy?.dailyBackground == nil ? nil : facts.quotaKey)
     }
 
     func facts(pid: Int32, uid: UInt32, unit: String?) -> AppFacts {
@@ -16,20 +19,13 @@ extension Daemon {
                  user: Host.userName(uid: uid))
     }
 
-    /// Says once per load what a policy asks for that is not enforced yet.
-    func notePolicies() {
-        for policy in policies.policies where policy.dailyBackground != nil {
-            log(.notice, "\(policy.file): DailyBackgroundSec is not enforced yet (the background-time quota is to come)")
-        }
-    }
-
     /// Matches every app again (after a reload or a restart): the new policy applies from
     /// the app's next background period.
     func rematchPolicies() {
         for app in model.listApps(at: now) {
-            let policy = policies.policies.isEmpty ? nil
-                : policies.policy(for: facts(pid: app.identity.pid, uid: app.uid, unit: app.unit))
-            model.setPolicy(policy, of: app.identity)
+            let facts = facts(pid: app.identity.pid, uid: app.uid, unit: app.unit)
+            let policy = policies.policies.isEmpty ? nil : policies.policy(for: facts)
+            model.setPolicy(policy, quotaKey: policy?.dailyBackground == nil ? nil : facts.quotaKey, of: app.identity, at: now)
         }
     }
 

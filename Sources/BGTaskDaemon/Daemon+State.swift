@@ -22,6 +22,7 @@ extension Daemon {
         model.restore(saved, at: now, effects: &effects)
         rematchPolicies()  // not saved: matched again, from the live processes
         _ = model.takeChanges()
+        _ = model.takeQuotaChanges()
         writeState()
         for case let .watch(process) in effects {
             guard let pidfd = try? Pidfd.open(pid: process.pid), pidfd.startTime == process.startTime,
@@ -57,6 +58,7 @@ extension Daemon {
     /// log has grown well past it.
     func writeState() {
         stateFile.record(model.takeChanges(), nextTaskID: model.nextTaskIdentifier)
+        stateFile.record(quota: model.takeQuotaChanges())
         do {
             let live = model.appCount + model.taskCount + history.count
             if !stateFile.isOpen {

@@ -110,6 +110,14 @@ final class StateFile {
         case "taskGone": loaded.state.apply(.gone(TaskID(try Self.int(value))))
         case "nextTaskId": loaded.state.nextTaskID = TaskID(try Self.int(value))
         case "history": loaded.history.append(try Self.historyEntry(value))
+        case "quota":
+            let key = try Self.string(value["key"])
+            guard key.utf8.count <= 8192, !key.containsControlCharacters else { throw Malformed(description: "bad quota key") }
+            let used = try (value["used"]?.arrayValue ?? []).prefix(1024).map { pair throws -> QuotaInterval in
+                guard let bounds = pair.arrayValue, bounds.count == 2 else { throw Malformed(description: "bad quota interval") }
+                return QuotaInterval(start: try Self.instant(bounds[0]), end: try Self.instant(bounds[1]))
+            }
+            loaded.state.quota[key] = used.isEmpty ? nil : used
         default: throw Malformed(description: "unknown record '\(kind)'")
         }
     }
@@ -145,6 +153,15 @@ final class StateFile {
         if nextTaskID > lastNextTaskID {
             lastNextTaskID = nextTaskID + Self.taskIDBlock
             append("nextTaskId", .int(Int64(lastNextTaskID)))
+        }
+    }
+
+    /// Notes a quota record: the key's whole list of used intervals (empty: none left).
+    func record(quota changes: [(key: String, intervals: [QuotaInterval])]) {
+        for change in changes {
+            append("quota", .object(["key": .string(change.key), "used": .array(change.intervals.map {
+                .array([.int($0.start.nanoseconds), .int($0.end.nanoseconds)])
+            })]))
         }
     }
 
@@ -227,6 +244,7 @@ final class StateFile {
         // The whole state is every record changed at once.
         record((state.apps.values.map { .app($0) } + state.terminating.map { .terminating($0, $1) },
                 state.tasks.values.map { .task($0) }), nextTaskID: 0)
+        record(quota: state.quota.keys.sorted().map { ($0, state.quota[$0]!) })
         lastNextTaskID = max(lastNextTaskID, state.nextTaskID)
         append("nextTaskId", .int(Int64(lastNextTaskID)))
         let whole = pending
@@ -266,6 +284,8 @@ final class StateFile {
         if let phase = app.phase { object["phase"] = .string(phase.rawValue) }
         if let deadline = app.deadline { object["deadline"] = .int(deadline.nanoseconds) }
         if let deadline = app.transitionDeadline { object["transitionDeadline"] = .int(deadline.nanoseconds) }
+        if let key = app.quotaKey { object["quotaKey"] = .string(key) }
+        if let since = app.holdingSince { object["holdingSince"] = .int(since.nanoseconds) }
         if app.warned { object["warned"] = .bool(true) }
         return .object(object)
     }
@@ -358,7 +378,9 @@ final class StateFile {
                  phase: value["phase"] == nil ? nil : try Self.value(BackgroundPhase.self, value["phase"]),
                  deadline: try optionalInstant(value["deadline"]),
                  transitionDeadline: try optionalInstant(value["transitionDeadline"]),
-                 warned: value["warned"]?.boolValue ?? false)
+                 warned: value["warned"]?.boolValue ?? false).withQuota(
+                    key: value["quotaKey"] == nil ? nil : try string(value["quotaKey"]),
+                    holdingSince: try optionalInstant(value["holdingSince"]))
     }
 
     static func task(_ value: JSON) throws -> SavedTask {

@@ -14,6 +14,7 @@ enum Wire {
             "unit": app.unit.map { .string(AppUnit.name(ofPath: $0)) } ?? .null,
             "containment": .string(app.containment.rawValue),
             "policy": app.policy.map { .string($0) } ?? .null, "exempt": .bool(app.exempt),
+            "backgroundQuotaRemaining": seconds(app.backgroundQuotaRemaining),
             "state": .string(app.state.rawValue), "phase": app.phase.map { .string($0.rawValue) } ?? .null,
             "tasks": .int(Int64(app.taskCount)), "backgroundTimeRemaining": seconds(app.backgroundTimeRemaining),
             "subscribed": .bool(app.subscribed),

@@ -132,11 +132,80 @@ import Testing
         _ = try harness.begin(app)
         harness.at(0.05)
         try harness.background(app)
-        harness.model.setPolicy(try Self.policy("[Policy]\nBackgroundTimeSec=3s\n"), of: app)
+        harness.model.setPolicy(try Self.policy("[Policy]\nBackgroundTimeSec=3s\n"), quotaKey: nil, of: app, at: harness.now)
         #expect(harness.model.backgroundTimeRemaining(of: app, at: harness.now) == .seconds(30))  // this period
         try harness.foreground(app)
         try harness.background(app)
         #expect(harness.model.backgroundTimeRemaining(of: app, at: harness.now) == .seconds(3))
         #expect(harness.model.snapshot(of: app, at: harness.now)?.policy == "50-test")
+    }
+}
+
+/// The daily background-time quota, with explicit instants (DESIGN.md §2b).
+@Suite struct QuotaModelTests {
+    /// 10 s a day, a 30 s budget, a warning 1 s before the deadline; the window is 100 s here.
+    static func harness() -> ModelHarness {
+        ModelHarness { $0.quotaWindow = .seconds(100); $0.expirationWarning = .seconds(1) }
+    }
+
+    static func quotaPolicy(_ harness: ModelHarness) throws -> AppPolicy {
+        try AppPolicy(file: "50-quota.policy", text: "[Policy]\nDailyBackgroundSec=10s\n", base: harness.model.configuration)
+    }
+
+    mutating func app(_ harness: inout ModelHarness, pid: Int32) throws -> ProcessIdentity {
+        try harness.model.register(harness.process(pid: pid), policy: try Self.quotaPolicy(harness), quotaKey: "uid 1000 /usr/bin/app",
+                                   at: harness.now, effects: &harness.effects)
+    }
+
+    @Test mutating func overlappingTasksCountOnceAndOnlyWhileHeldInTheBackground() throws {
+        var harness = Self.harness()
+        let app = try self.app(&harness, pid: 100)
+        let first = try harness.begin(app), second = try harness.begin(app)
+        harness.at(5)  // granted, in the foreground: nothing counts
+        #expect(harness.model.quotaRemaining(of: app, at: harness.now) == .seconds(10))
+        try harness.background(app)
+        harness.at(7)  // two tasks held for 2 s: 2 s used, not 4
+        #expect(harness.model.quotaRemaining(of: app, at: harness.now) == .seconds(8))
+        try harness.end(first, in: app)
+        harness.at(8)
+        try harness.end(second, in: app)  // suspended: counting stops
+        harness.at(20)
+        #expect(harness.model.quotaRemaining(of: app, at: harness.now) == .seconds(7))
+        #expect(harness.model.snapshot(of: app, at: harness.now)?.backgroundQuotaRemaining == .seconds(7))
+    }
+
+    @Test mutating func theDeadlineIsCutShortByTheQuotaAndAtZeroBeginTaskIsRefused() throws {
+        var harness = Self.harness()
+        let app = try self.app(&harness, pid: 100)
+        _ = try harness.begin(app)
+        harness.at(1)
+        try harness.background(app)
+        #expect(harness.model.backgroundTimeRemaining(of: app, at: harness.now) == .seconds(10))  // not the 30 s budget
+        harness.at(11)  // held to the quota's deadline: terminated
+        #expect(harness.take().actions.map(\.1) == [.assertionsBeyondPermittedTime])
+        // Relaunched: a new process of the same app key has nothing left.
+        let again = try self.app(&harness, pid: 200)
+        try harness.background(again)
+        #expect(harness.model.quotaRemaining(of: again, at: harness.now) == .zero)
+        #expect(throws: BGTaskError.noBackgroundTime) { try harness.begin(again) }
+        // The rolling window gives the time back as it moves past the use.
+        harness.at(105)
+        #expect(harness.model.quotaRemaining(of: again, at: harness.now) == .seconds(4))
+        harness.at(111)
+        #expect(harness.model.quotaRemaining(of: again, at: harness.now) == .seconds(10))
+    }
+
+    @Test mutating func usageSurvivesARestart() throws {
+        var harness = Self.harness()
+        let app = try self.app(&harness, pid: 100)
+        _ = try harness.begin(app)
+        harness.at(1)
+        try harness.background(app)
+        harness.at(4)  // 3 s used so far, still holding
+        var restored = Self.harness()
+        restored.model.restore(harness.model.savedState(), at: harness.now, effects: &restored.effects)
+        restored.model.setPolicy(try Self.quotaPolicy(restored), quotaKey: "uid 1000 /usr/bin/app", of: app, at: .seconds(6))
+        #expect(restored.model.quotaRemaining(of: app, at: .seconds(6)) == .seconds(5))  // 5 s held in all
+        #expect(harness.model.takeQuotaChanges().isEmpty)  // nothing recorded until it stops holding
     }
 }

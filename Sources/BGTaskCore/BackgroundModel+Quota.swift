@@ -1,0 +1,79 @@
+/// A stretch of background time an app key used: from `start` to `end`.
+public struct QuotaInterval: Equatable, Sendable {
+    public var start: Instant
+    public var end: Instant
+
+    public init(start: Instant, end: Instant) {
+        self.start = start
+        self.end = end
+    }
+}
+
+/// Daily background time (DESIGN.md §2b): time counts while a background app with a quota
+/// holds a granted task (overlapping tasks once), per app key (the app across relaunches),
+/// over a rolling `QuotaWindowSec`. A period's deadline is the earlier of its budget and the
+/// quota left; with none left, `BeginTask` in the background is `NoBackgroundTime`.
+extension BackgroundModel {
+    /// Intervals kept per key; older ones are merged, so an app cannot grow the state.
+    static var maximumQuotaIntervals: Int { 256 }
+
+    /// The background time `app` may still use in the window; `nil` without a quota.
+    public func quotaRemaining(of app: ProcessIdentity, at now: Instant) -> Duration? {
+        apps[app].flatMap { quotaRemaining($0, at: now) }
+    }
+
+    func quotaRemaining(_ record: AppRecord, at now: Instant) -> Duration? {
+        guard let limit = record.policy?.dailyBackground, let key = record.quotaKey else { return nil }
+        return max(.zero, limit - quotaUsed(key, at: now))
+    }
+
+    /// Time `key` used in the window ending `now`: what is recorded, and what its apps that
+    /// hold a task now are using.
+    func quotaUsed(_ key: String, at now: Instant) -> Duration {
+        let windowStart = now - configuration.quotaWindow
+        func within(_ start: Instant, _ end: Instant) -> Duration { max(.zero, min(end, now) - max(start, windowStart)) }
+        var used = (quotaUsage[key] ?? []).reduce(Duration.zero) { $0 + within($1.start, $1.end) }
+        for app in quotaHolders[key] ?? [] {
+            if let since = apps[app]?.holdingSince { used += within(since, now) }
+        }
+        return used
+    }
+
+    /// Starts or stops counting `app`'s time, as its holding a granted task in the
+    /// background changed. Cheap (and nothing) for apps without a quota.
+    mutating func settleQuota(_ app: ProcessIdentity, at now: Instant) {
+        guard var record = apps[app], record.policy?.dailyBackground != nil, let key = record.quotaKey else { return }
+        let holding = record.state == .background && record.taskIDs.contains { tasks[$0]?.state.isAssertion == true }
+        if holding, record.holdingSince == nil {
+            record.holdingSince = now
+            apps[app] = record
+            quotaHolders[key, default: []].insert(app)
+        } else if !holding, let since = record.holdingSince {
+            record.holdingSince = nil
+            apps[app] = record
+            stopHolding(app, key: key, since: since, at: now)
+        }
+    }
+
+    /// Records the time an app that held a task used, from `since` to `now`.
+    mutating func stopHolding(_ app: ProcessIdentity, key: String, since: Instant, at now: Instant) {
+        quotaHolders[key]?.remove(app)
+        if quotaHolders[key]?.isEmpty == true { quotaHolders[key] = nil }
+        var intervals = (quotaUsage[key] ?? []).filter { $0.end > now - configuration.quotaWindow }
+        intervals.append(QuotaInterval(start: since, end: now))
+        if intervals.count > Self.maximumQuotaIntervals {
+            // Merge the two oldest: the window may count a little early time twice as long,
+            // never less.
+            intervals[1].start = intervals[0].start
+            intervals.removeFirst()
+        }
+        quotaUsage[key] = intervals
+        quotaChanged.insert(key)
+    }
+
+    /// The quota records changed since the last call (a key with none left: empty).
+    public mutating func takeQuotaChanges() -> [(key: String, intervals: [QuotaInterval])] {
+        defer { quotaChanged.removeAll() }
+        return quotaChanged.sorted().map { ($0, quotaUsage[$0] ?? []) }
+    }
+}
