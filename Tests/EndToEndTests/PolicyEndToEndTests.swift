@@ -50,4 +50,53 @@ import Varlink
         let (checked, refusal) = try ConfigurationFileTests.checkConfig(["--config", files.main])
         #expect(checked != 0 && refusal.contains("\(bad):2:"), "\(refusal)")  // and would keep a daemon from starting
     }
+
+    /// `DailyBackgroundSec=2s` under a 10 s budget: the period ends at 2 s; the app, warned,
+    /// ends its task and is suspended; relaunched, and after a `kill -9` of the daemon, it
+    /// has nothing left.
+    @Test func aDailyQuotaCutsThePeriodShortAndOutlivesRelaunchesAndRestarts() throws {
+        let files = try ConfigFiles()
+        try files.write(files.main, "")
+        mkdir(files.directory + "/policy.d", 0o755)
+        try files.write(files.directory + "/policy.d/50-quota.policy", "[Match]\nUser=root\n\n[Policy]\nDailyBackgroundSec=2s\n")
+        let settings = ["BackgroundTimeSec=10s", "ExpirationWarningSec=500ms", "GrantLatencyMaxSec=5ms"]
+        let daemon = try TestDaemon(settings, extraArguments: ["--config", files.main])
+        let first = try daemon.probe()
+        try first.send("subscribe")
+        try first.event("subscribed")
+        let id = try first.begin("held")
+        try waitUntil("the task granted") { try daemon.tasks().first?["state"] == "granted" }
+        try daemon.setState(first.pid, "background")
+        let left = try #require(try daemon.app(first.pid)?["backgroundTimeRemaining"]?.doubleValue)
+        #expect(left <= 2 && left > 1.5, "the period ends with the quota, not the 10 s budget: \(left)")
+        try first.event("didEnterBackground")
+        try first.call("finish")
+        try first.event("taskExpiring")  // the warning, 500 ms before the quota runs out
+        try first.send("end \(id)")
+        try waitUntil("the app suspended") { try daemon.history().last?["reason"] == "tasksEnded" }
+        try first.process.signal(SIGKILL)
+
+        let second = try daemon.probe()  // relaunched: a new pid, the same app
+        try second.send("subscribe")  // so that it is not suspended the moment it is backgrounded
+        try second.event("subscribed")
+        try daemon.setState(second.pid, "background")
+        try second.event("didEnterBackground")
+        try second.send("begin again")
+        let refused = try second.next { $0["call"] == "begin" }
+        #expect(refused["error"] == "io.bgtaskd.App.NoBackgroundTime", "\(refused)")
+
+        try daemon.crash()
+        let restarted = try daemon.restart(settings, extraArguments: ["--config", files.main])  // same state
+        try restarted.setState(second.pid, "foreground")  // it was suspended meanwhile
+        try second.send("remaining")
+        let remaining = try second.next { $0["call"] == "remaining" }
+        #expect((remaining["reply"]?["backgroundQuotaRemaining"]?.doubleValue ?? 1) <= 0.5, "\(remaining)")
+        try second.send("subscribe")  // its subscription ended with the old daemon
+        try second.event("subscribed")
+        try restarted.setState(second.pid, "background")
+        try second.event("didEnterBackground")
+        try second.send("begin after-restart")
+        let still = try second.next { $0["call"] == "begin" }
+        #expect(still["error"] == "io.bgtaskd.App.NoBackgroundTime", "\(still)")
+    }
 }

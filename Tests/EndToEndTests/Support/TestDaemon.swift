@@ -90,9 +90,9 @@ final class TestDaemon {
     }
 
     /// Starts another daemon on the same socket and state, which takes over the directory.
-    func restart(_ settings: [String] = [], connecting: Bool = true) throws -> TestDaemon {
+    func restart(_ settings: [String] = [], extraArguments: [String] = [], connecting: Bool = true) throws -> TestDaemon {
         handedOver = true
-        return try TestDaemon(settings, directory: directory, connecting: connecting)
+        return try TestDaemon(settings, extraArguments: extraArguments, directory: directory, connecting: connecting)
     }
 
     /// The daemon's log lines so far.
