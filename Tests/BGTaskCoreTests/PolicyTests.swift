@@ -209,3 +209,18 @@ import Testing
         #expect(harness.model.takeQuotaChanges().isEmpty)  // nothing recorded until it stops holding
     }
 }
+
+@Suite struct QuotaKeyTests {
+    @Test(arguments: [
+        ("app-gnome-org.gnome.Terminal-1234.scope", "unit app-gnome-org.gnome.Terminal.scope"),
+        ("foo@2.service", "unit foo@.service"), ("cron.service", "unit cron.service"),
+        ("run-u42.scope", "uid 1000 /usr/bin/app"), ("app-bgtaskd-77.scope", "uid 1000 /usr/bin/app"),
+    ] as [(String, String)])
+    func aRelaunchKeepsItsKey(unit: String, key: String) {
+        #expect(AppFacts(unit: unit, executable: "/usr/bin/app", uid: 1000).quotaKey == key)
+    }
+
+    @Test func withoutAReadableExecutableTheUidAloneIsTheKey() {
+        #expect(AppFacts(executable: nil, uid: 1000).quotaKey == "uid 1000 ")
+    }
+}
