@@ -10,12 +10,15 @@ enum DaemonEvent: Equatable {
     case taskDenied(Int, reason: String)
     case taskExpiring([Int], remaining: Double)
     case taskExpired([Int])
+    /// A manager woke the app; `payload` is a JSON object's text.
+    case didWake(reason: String, payload: String?, remaining: Double?)
 }
 
 /// A call the library makes on its own (not on behalf of a caller).
 enum DaemonCall: Equatable {
     case finishBackgroundTransition
     case endTask(Int)
+    case finishWake
 }
 
 /// The library's state as a value, like the daemon's model: what the daemon last said, the
@@ -31,6 +34,8 @@ struct ClientState<Handler> {
         case enterBackground
         /// Tell the delegate, then report back with `foregroundDelegateReturned()`.
         case enterForeground
+        /// Tell the delegate of a wake; its completion handler reports `wakeCompleted()`.
+        case wake(reason: String, payload: String?)
         /// Send this call, without waiting for its reply.
         case send(DaemonCall)
         /// Connect and subscribe again; report `reconnectFailed(at:)` if that fails.
@@ -52,6 +57,13 @@ struct ClientState<Handler> {
         var finishBy: Int64
         /// The delegate returned from `applicationDidEnterBackground(_:)`.
         var returned = false
+    }
+
+    /// A wake in progress: by when the library finishes it if the app has not, and whether
+    /// the app's completion handler ran.
+    struct Wake: Equatable {
+        var finishBy: Int64
+        var completed = false
     }
 
     /// How `end` went.
@@ -76,6 +88,7 @@ struct ClientState<Handler> {
     private(set) var remaining: (seconds: Double, at: Int64)?
     private(set) var tasks: [Int: Task] = [:]
     private(set) var transition: Transition?
+    private(set) var wake: Wake?
     /// Tasks ended while the daemon was away, to end once it is back (it may have kept them).
     private(set) var pendingEnds: [Int] = []
     private(set) var nextReconnect: Int64?
@@ -96,8 +109,8 @@ struct ClientState<Handler> {
 
     /// The next instant `tick(at:)` has something to do.
     var nextDeadline: Int64? {
-        [transition.flatMap { $0.returned ? $0.finishBy : nil }, connected ? nil : nextReconnect, orphanDeadline]
-            .compactMap { $0 }.min()
+        [transition.flatMap { $0.returned ? $0.finishBy : nil }, wake?.finishBy, connected ? nil : nextReconnect,
+         orphanDeadline].compactMap { $0 }.min()
     }
 
     // MARK: From the daemon
@@ -123,6 +136,7 @@ struct ClientState<Handler> {
             state = .inactive  // as in UIKit, until the delegate returns
             remaining = nil
             transition = nil
+            wake = nil
             return [.enterForeground]
         case let .taskGranted(id), let .taskDenied(id, _):
             return applyTaskEvent(event, to: id)
@@ -131,7 +145,20 @@ struct ClientState<Handler> {
             return ids.flatMap { applyTaskEvent(event, to: $0) }
         case let .taskExpired(ids):
             return ids.flatMap { applyTaskEvent(event, to: $0) }
+        case let .didWake(reason, payload, left):
+            state = .background
+            remaining = left.map { ($0, now) }
+            // Finished for the app just before the window ends if its handler never runs.
+            wake = left.map { Wake(finishBy: now + max(0, Int64($0 * 1e9) - Self.finishMargin)) }
+            return [.wake(reason: reason, payload: payload)]
         }
+    }
+
+    /// The app's completion handler ran: `FinishWake` goes out once no task begun is still
+    /// waiting for its grant (or just before the window ends), as for the transition.
+    mutating func wakeCompleted(at now: Int64) -> [Effect] {
+        wake?.completed = true
+        return tick(at: now)
     }
 
     /// Applies a task event, or keeps it until `begun` registers the task.
@@ -200,6 +227,13 @@ struct ClientState<Handler> {
             if !waiting || now >= transition.finishBy {
                 self.transition = nil
                 effects.append(.send(.finishBackgroundTransition))
+            }
+        }
+        if let wake {
+            let waiting = tasks.values.contains { !$0.granted && !$0.finished }
+            if now >= wake.finishBy || (wake.completed && !waiting) {
+                self.wake = nil
+                effects.append(.send(.finishWake))
             }
         }
         if !connected, let due = nextReconnect, now >= due {
@@ -277,6 +311,9 @@ extension DaemonEvent {
             self = .taskDenied(id, reason: parameters["reason"]?.stringValue ?? "denied")
         case "taskExpiring"?: self = .taskExpiring(ids, remaining: remaining ?? 0)
         case "taskExpired"?: self = .taskExpired(ids)
+        case "didWake"?:
+            self = .didWake(reason: parameters["reason"]?.stringValue ?? "", payload: parameters["payload"]?.serialized,
+                            remaining: remaining)
         default: return nil
         }
     }

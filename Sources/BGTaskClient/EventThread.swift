@@ -99,6 +99,24 @@ final class EventThread: @unchecked Sendable {
                     NotificationCenter.default.post(name: BackgroundApplication.willEnterForegroundNotification, object: app)
                     app.state.withLock { $0.client.foregroundDelegateReturned() }
                 }
+            case let .wake(reason, payload):
+                let delegate = app.delegateReference
+                app.onQueue { [weak self] in
+                    let completion = WakeCompletion { [weak self] in
+                        let effects = app.state.withLock { $0.client.wakeCompleted(at: Clock.monotonicNanoseconds()) }
+                        self?.perform(effects, app)
+                        self?.wake()
+                    }
+                    let userInfo = payload.flatMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+                    if let userInfo {
+                        delegate.value()?.application(app, didReceiveRemoteNotification: userInfo, reason: reason,
+                                                      fetchCompletionHandler: completion.call)
+                            ?? completion.call(.noData)
+                    } else {
+                        delegate.value()?.application(app, performFetchWithReason: reason, completionHandler: completion.call)
+                            ?? completion.call(.noData)
+                    }
+                }
             case let .send(call):
                 send(call, app)
             case .reconnect:
@@ -115,6 +133,7 @@ final class EventThread: @unchecked Sendable {
     private func send(_ call: DaemonCall, _ app: BackgroundApplication) {
         let message = switch call {
         case .finishBackgroundTransition: VarlinkCall(method: "io.bgtaskd.App.FinishBackgroundTransition")
+        case .finishWake: VarlinkCall(method: "io.bgtaskd.App.FinishWake")
         case let .endTask(id): VarlinkCall(method: "io.bgtaskd.App.EndTask", parameters: ["taskId": .int(Int64(id))])
         }
         do {
@@ -133,8 +152,8 @@ final class EventThread: @unchecked Sendable {
             for (call, reply) in try connection.receiveAvailable() {
                 guard let error = reply.error else { continue }
                 switch (call, error) {
-                case (.endTask, "io.bgtaskd.App.NoSuchTask"), (.finishBackgroundTransition, _):
-                    break  // ended meanwhile; or the transition is over already
+                case (.endTask, "io.bgtaskd.App.NoSuchTask"), (.finishBackgroundTransition, _), (.finishWake, _):
+                    break  // ended meanwhile; or the transition or wake is over already
                 case let (.endTask(id), _):
                     BackgroundApplication.emit("Ending background task \(id) failed: \(error)")
                 }

@@ -43,7 +43,9 @@ extension BackgroundModel {
     /// background changed. Cheap (and nothing) for apps without a quota.
     mutating func settleQuota(_ app: ProcessIdentity, at now: Instant) {
         guard var record = apps[app], record.policy?.dailyBackground != nil, let key = record.quotaKey else { return }
-        let holding = record.state == .background && record.taskIDs.contains { tasks[$0]?.state.isAssertion == true }
+        // A wake's window counts whole; otherwise time counts while a granted task is held.
+        let holding = record.state == .background
+            && (record.phase == .woken || record.taskIDs.contains { tasks[$0]?.state.isAssertion == true })
         if holding, record.holdingSince == nil {
             record.holdingSince = now
             apps[app] = record

@@ -138,7 +138,7 @@ extension BackgroundModel {
 
     /// Rule 5: a background app past its transition whose last task ended is suspended.
     mutating func suspendIfIdle(_ app: ProcessIdentity, at now: Instant, effects: inout [Effect]) {
-        guard let record = apps[app], record.state == .background, record.phase != .transition,
+        guard let record = apps[app], record.state == .background, record.phase != .transition, record.phase != .woken,
               record.taskIDs.isEmpty, record.policy?.exempt != true else { return }
         suspend(app, reason: .tasksEnded, at: now, effects: &effects)
     }

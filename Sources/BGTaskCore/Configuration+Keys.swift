@@ -42,6 +42,7 @@ extension Configuration {
             return nil
         }, format: { $0.grantLatencySeed.map(String.init) ?? "" }),
         span("Background", "TaskAgeWarningSec", \.taskAgeWarning),
+        span("Background", "WakeTimeSec", \.wakeTime),
         span("Background", "QuotaWindowSec", \.quotaWindow),
         choice("Enforcement", "SuspendMode", \.suspendMode),
         choice("Enforcement", "IsolateApps", \.isolateApps),

@@ -69,6 +69,8 @@ public struct Configuration: Equatable, Sendable {
     public var grantLatencySeed: UInt64? = nil
     /// Tasks older than this are logged, as UIKit does.
     public var taskAgeWarning: Duration = .seconds(30)
+    /// How long a woken app runs before the usual rules apply (DESIGN.md §2c).
+    public var wakeTime: Duration = .seconds(30)
     /// The rolling window a policy's `DailyBackgroundSec` counts over.
     public var quotaWindow: Duration = .seconds(24 * 3600)
     // [Enforcement]

@@ -7,6 +7,8 @@ public enum LifecycleEvent: Equatable, Sendable {
     case taskDenied(TaskID, TaskReason)
     case taskExpiring([TaskID], backgroundTimeRemaining: Duration)
     case taskExpired([TaskID])
+    /// A manager woke the app (DESIGN.md §2c): `payload` is a JSON object's text, if any.
+    case didWake(reason: String, payload: String?, backgroundTimeRemaining: Duration?)
 
     /// The event's name on the wire.
     public var name: String {
@@ -17,6 +19,7 @@ public enum LifecycleEvent: Equatable, Sendable {
         case .taskDenied: "taskDenied"
         case .taskExpiring: "taskExpiring"
         case .taskExpired: "taskExpired"
+        case .didWake: "didWake"
         }
     }
 }
@@ -33,10 +36,13 @@ public struct AppActionRecord: Equatable, Sendable {
     /// The unit's cgroup path, for a unit app: what to act on (the model may have forgotten
     /// the app by the time the action is carried out).
     public var unit: String?
+    /// Words from whoever asked, for history (a wake's reason).
+    public var detail: String?
 
     public init(app: ProcessIdentity, uid: UInt32, command: String, unit: String? = nil, action: AppAction,
-                reason: ActionReason, taskNames: [String]) {
+                reason: ActionReason, taskNames: [String], detail: String? = nil) {
         self.unit = unit
+        self.detail = detail
         self.app = app
         self.uid = uid
         self.command = command
@@ -51,7 +57,7 @@ public enum LogKind: String, CaseIterable, Sendable {
     case appRegistered, appBackgrounded, appForegrounded, appExited
     case appSuspended, appResumed, appTerminated
     case taskGranted, taskDenied, taskWarned, taskExpired, taskEnded, taskAgeWarning
-    case appExpired, appIsolated
+    case appExpired, appIsolated, appWoken
 }
 
 extension LogKind {
@@ -75,6 +81,7 @@ extension LogKind {
         case .taskAgeWarning: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a0d"
         case .appExpired: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a0e"
         case .appIsolated: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a0f"
+        case .appWoken: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a10"
         }
     }
 }

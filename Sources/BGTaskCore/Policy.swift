@@ -39,7 +39,7 @@ public struct AppPolicy: Equatable, Sendable {
     /// `bgtaskd.conf` keys a policy may set: those that are about one app. (The seed, the
     /// age warning, the limits and access are the daemon's.)
     public static let perAppKeys: Set<String> = [
-        "BackgroundTimeSec", "ExpirationWarningSec", "TransitionTimeoutSec", "GrantLatencyMinSec", "GrantLatencyMaxSec",
+        "BackgroundTimeSec", "ExpirationWarningSec", "TransitionTimeoutSec", "GrantLatencyMinSec", "GrantLatencyMaxSec", "WakeTimeSec",
         "SuspendMode", "IsolateApps", "TerminateSignal", "TerminateGraceSec",
     ]
 

@@ -9,6 +9,8 @@ public enum BackgroundPhase: String, CaseIterable, Sendable {
     case transition
     /// Holding granted tasks.
     case running
+    /// Woken by a manager, until `FinishWake` or the end of its window (DESIGN.md §2c).
+    case woken
     /// Warned: its tasks are expiring.
     case expiring
 }
@@ -60,6 +62,10 @@ public enum ActionReason: String, CaseIterable, Sendable {
     case assertionsBeyondPermittedTime
     /// A manager asked for it.
     case manager
+    /// A manager woke it (the history entry's detail says why).
+    case wake
+    /// It called `FinishWake` holding no task.
+    case wakeFinished
 }
 
 /// Where `Expire` moves an app: to its expiration warning, or past its deadline.
@@ -69,5 +75,5 @@ public enum ExpireTarget: String, CaseIterable, Sendable {
 
 /// What happened to an app, for history and enforcement.
 public enum AppAction: String, CaseIterable, Sendable {
-    case suspended, resumed, terminated
+    case suspended, resumed, terminated, woken
 }

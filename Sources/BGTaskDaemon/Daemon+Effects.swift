@@ -109,7 +109,7 @@ extension Daemon {
         case .suspended:
             enforcer.suspend(record.app, uid: record.uid, command: record.command,
                              mode: model.settings(of: record.app).suspendMode)
-        case .resumed:
+        case .resumed, .woken:
             enforcer.resume(record.app, uid: record.uid)
         case .terminated:
             enforcer.terminate(record.app, uid: record.uid, command: record.command, signal: signal?.number ?? Signal.kill)

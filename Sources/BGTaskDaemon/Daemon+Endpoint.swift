@@ -60,7 +60,7 @@ extension Daemon {
 
     func appCall(_ call: VarlinkCall, _ member: String, on connection: Connection, at now: Instant,
                  effects: inout [Effect]) throws -> VarlinkReply {
-        let known = ["Subscribe", "BeginTask", "EndTask", "GetTimeRemaining", "FinishBackgroundTransition"]
+        let known = ["Subscribe", "BeginTask", "EndTask", "GetTimeRemaining", "FinishBackgroundTransition", "FinishWake"]
         guard known.contains(member) else { throw VarlinkError.methodNotFound(call.method) }
         try requireWritableState()
         let process = try caller(of: connection)
@@ -113,6 +113,10 @@ extension Daemon {
                 "backgroundQuotaRemaining": Wire.seconds(snapshot.backgroundQuotaRemaining),
                 "state": .string(snapshot.state.rawValue),
             ])
+        case "FinishWake":
+            _ = try Parameters(call.parameters, allowed: [])
+            model.finishWake(of: app, at: now, effects: &effects)
+            return VarlinkReply()
         default:  // FinishBackgroundTransition
             _ = try Parameters(call.parameters, allowed: [])
             model.finishTransition(of: app, at: now, effects: &effects)
@@ -221,6 +225,17 @@ extension Daemon {
             let app = try managedApp(target, by: connection, register: false, at: now, effects: &effects)
             try model.terminate(app, at: now, effects: &effects)
             return .reply(VarlinkReply())
+        case "Wake":
+            let parameters = try Parameters(call.parameters, allowed: ["pid", "unit", "reason", "payload"])
+            let target = try parameters.target()
+            let reason = try WakeReason.validate(try parameters.optionalString("reason") ?? "")
+            let payload = try WakeReason.payload(parameters.values["payload"])
+            try requireWritableState()
+            let app = try managedApp(target, by: connection, register: false, at: now, effects: &effects)
+            let outcome = try model.wake(app, reason: reason, payload: payload, at: now, effects: &effects)
+            var reply = ["outcome": JSON.string(outcome.rawValue)]
+            if let snapshot = model.snapshot(of: app, at: now) { reply["app"] = Wire.app(snapshot) }
+            return .reply(VarlinkReply(parameters: reply))
         case "Expire":
             let parameters = try Parameters(call.parameters, allowed: ["pid", "unit", "to"])
             let target = try parameters.target()
@@ -259,5 +274,28 @@ enum TaskName {
         guard bytes.count <= maximumBytes else { throw .invalidParameter("name") }
         guard !name.containsControlCharacters else { throw .invalidParameter("name") }
         return name
+    }
+}
+
+/// A wake's words from the manager: its reason (for the app, history and the journal) and
+/// an optional small JSON object for the app.
+enum WakeReason {
+    static let maximumReasonBytes = 256
+    static let maximumPayloadBytes = 4096
+
+    static func validate(_ reason: String) throws(VarlinkError) -> String {
+        guard reason.utf8.count <= maximumReasonBytes, !reason.containsControlCharacters else {
+            throw .invalidParameter("reason")
+        }
+        return reason
+    }
+
+    /// The payload as JSON text: an object of at most 4 KiB serialized, or none.
+    static func payload(_ value: JSON?) throws(VarlinkError) -> String? {
+        guard let value, !value.isNull else { return nil }
+        guard case .object = value else { throw .invalidParameter("payload") }
+        let text = value.serialized
+        guard text.utf8.count <= maximumPayloadBytes else { throw .invalidParameter("payload") }
+        return text
     }
 }

@@ -309,6 +309,7 @@ final class StateFile {
         object["action"] = .string(record.action.rawValue)
         object["reason"] = .string(record.reason.rawValue)
         object["tasks"] = .array(record.taskNames.map { .string($0) })
+        if let detail = record.detail { object["detail"] = .string(detail) }
         return .object(object)
     }
 
@@ -401,6 +402,7 @@ final class StateFile {
                                              command: try command(value["command"]),
                                              action: try Self.value(AppAction.self, value["action"]),
                                              reason: try Self.value(ActionReason.self, value["reason"]),
-                                             taskNames: (value["tasks"]?.arrayValue ?? []).compactMap(\.stringValue)))
+                                             taskNames: (value["tasks"]?.arrayValue ?? []).compactMap(\.stringValue),
+                                             detail: try value["detail"].map { try WakeReason.validate(try string($0)) }))
     }
 }

@@ -56,6 +56,10 @@ enum Wire {
             object["backgroundTimeRemaining"] = seconds(remaining)
         case let .taskExpired(ids):
             object["taskIds"] = .array(ids.map { .int(Int64($0)) })
+        case let .didWake(reason, payload, remaining):
+            object["reason"] = .string(reason)
+            if let payload, let value = try? JSON.parse(payload) { object["payload"] = value }
+            object["backgroundTimeRemaining"] = seconds(remaining)
         }
         return object
     }
@@ -66,6 +70,7 @@ enum Wire {
             "time": .string(Host.rfc3339(entry.realtimeNanoseconds)), "pid": .int(Int64(record.app.pid)),
             "uid": .int(Int64(record.uid)), "command": .string(record.command),
             "action": .string(record.action.rawValue), "reason": .string(record.reason.rawValue),
+            "detail": record.detail.map { .string($0) } ?? .null,
             "tasks": .array(record.taskNames.map { .string($0) }),
         ])
     }

@@ -10,6 +10,10 @@
 //   connected              → {"connected": BOOL}
 //   with-task NAME         withBackgroundTask running until cancelled → {"withTask": ...}
 //   stress THREADS COUNT   begin+end COUNT times on each of THREADS threads → {"stress": {...}}
+//   wake-mode MODE         how the delegate answers a wake: complete (default: calls the
+//                          completion handler at once, twice), ignore (never), keep (begins a
+//                          task it keeps, then completes)                → {"wakeMode": MODE}
+// Wakes: {"wake": REASON, "payload": {...} or null, "completed": REALTIME_NS (when it did)}.
 //   exit
 // Events: {"delegate": ...}, {"notification": ...}, {"expired": ID, "reason": ...}.
 import BGTaskClient
@@ -23,6 +27,37 @@ func emit(_ object: [String: JSON]) {
 
 final class Delegate: BackgroundApplicationDelegate, @unchecked Sendable {
     var taskOnBackground: String?
+    var wakeMode = "complete"
+
+    func application(_ application: BackgroundApplication, performFetchWithReason reason: String,
+                     completionHandler: @escaping @Sendable (BackgroundFetchResult) -> Void) {
+        woke(application, reason: reason, payload: .null, completionHandler)
+    }
+
+    func application(_ application: BackgroundApplication, didReceiveRemoteNotification userInfo: [String: Any],
+                     reason: String, fetchCompletionHandler: @escaping @Sendable (BackgroundFetchResult) -> Void) {
+        let data = (try? JSONSerialization.data(withJSONObject: userInfo)) ?? Data("{}".utf8)
+        woke(application, reason: reason, payload: (try? JSON.parse(String(decoding: data, as: UTF8.self))) ?? .null,
+             fetchCompletionHandler)
+    }
+
+    func woke(_ application: BackgroundApplication, reason: String, payload: JSON,
+              _ completion: @escaping @Sendable (BackgroundFetchResult) -> Void) {
+        switch wakeMode {
+        case "ignore":
+            emit(["wake": .string(reason), "payload": payload])
+        case "keep":
+            begin("kept", keep: true, in: application)
+            fallthrough
+        default:
+            var now = timespec()
+            clock_gettime(CLOCK_REALTIME, &now)
+            emit(["wake": .string(reason), "payload": payload,
+                  "completed": .int(Int64(now.tv_sec) * 1_000_000_000 + Int64(now.tv_nsec))])
+            completion(.newData)
+            completion(.newData)  // a second call changes nothing
+        }
+    }
 
     func applicationDidEnterBackground(_ application: BackgroundApplication) {
         emit(["delegate": "didEnterBackground"])
@@ -114,6 +149,9 @@ while let line = readLine() {
             }
         }
         emit(["stress": .object(["begun": .int(Int64(begun.withLock { $0 })), "invalid": .int(Int64(invalid.withLock { $0 }))])])
+    case "wake-mode"?:
+        delegate.wakeMode = words.count > 1 ? words[1] : "complete"
+        emit(["wakeMode": .string(delegate.wakeMode)])
     case "exit"?: exit(0)
     default: emit(["error": .string("unknown command '\(line)'")])
     }

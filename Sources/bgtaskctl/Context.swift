@@ -29,6 +29,9 @@ struct Context {
                              give a background app its expiration warning now (its
                              handlers run), or with --deadline pass its deadline now
       policy PID|--unit NAME which policy file matched the app, and its effective settings
+      wake PID|--unit NAME [--reason TEXT] [--payload JSON]
+                             resume a suspended app into the background for WakeTimeSec,
+                             as for a background fetch or a silent push
       reload                 reload the daemon's configuration
       run [--name NAME] -- CMD...
                              hold a background task while CMD runs; CMD gets SIGTERM when

@@ -10,7 +10,8 @@ enum HistoryVerb {
         for entry in reply["entries"]?.arrayValue ?? [] {
             let tasks = (entry["tasks"]?.arrayValue ?? []).compactMap(\.stringValue).joined(separator: ",")
             table.add([entry["time"]?.cell ?? "-", entry["pid"]?.cell ?? "-", entry["uid"]?.cell ?? "-",
-                       entry["command"]?.cell ?? "-", entry["action"]?.cell ?? "-", entry["reason"]?.cell ?? "-",
+                       entry["command"]?.cell ?? "-", (entry["action"]?.cell ?? "-").replacingOccurrences(of: "woken", with: "WAKE"),
+                       entry["detail"]?.stringValue.map { "\(entry["reason"]?.cell ?? "-"): \($0)" } ?? entry["reason"]?.cell ?? "-",
                        tasks.isEmpty ? "-" : tasks])
         }
         print(table.render(legend: context.legend, noun: "entry", plural: "entries"), terminator: "")

@@ -4,7 +4,7 @@ import Glibc
 /// `bgtaskctl [--socket PATH] [--json] [--no-legend] VERB [ARGS...]`
 let verbs: [String: (Context, [String]) throws -> Void] = [
     "status": StatusVerb.run, "apps": AppsVerb.run, "tasks": TasksVerb.run, "history": HistoryVerb.run,
-    "background": StateVerb.background, "foreground": StateVerb.foreground, "terminate": TerminateVerb.run, "expire": ExpireVerb.run, "policy": PolicyVerb.run,
+    "background": StateVerb.background, "foreground": StateVerb.foreground, "terminate": TerminateVerb.run, "expire": ExpireVerb.run, "policy": PolicyVerb.run, "wake": WakeVerb.run,
     "monitor": MonitorVerb.run, "reload": ReloadVerb.run, "run": RunVerb.run,
 ]
 

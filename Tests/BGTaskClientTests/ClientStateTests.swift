@@ -172,7 +172,32 @@ import Varlink
         #expect(DaemonEvent(["event": "taskGranted"]) == nil)  // no id
         #expect(DaemonEvent(["event": "somethingNew"]) == nil)
     }
+    @Test func aWakeIsFinishedOnceWhenTheHandlerCompletesAndItsGrantsAreIn() {
+        var state = subscribed()
+        let woke = state.receive(.didWake(reason: "push", payload: "{}", remaining: 5), at: 0)
+        #expect(woke == [.wake(reason: "push", payload: "{}")] && state.state == .background)
+        _ = state.begun(3, name: "fetch", handler: "h3")  // begun in the handler, not granted yet
+        let early = state.wakeCompleted(at: Self.millisecond)
+        #expect(early.isEmpty)  // waits for the grant
+        _ = state.receive(.taskGranted(3), at: 2 * Self.millisecond)
+        let finished = state.tick(at: 2 * Self.millisecond)
+        #expect(finished == [.send(.finishWake)])
+        let again = state.wakeCompleted(at: 3 * Self.millisecond)
+        #expect(again.isEmpty)  // once
+    }
+
+    @Test func aWakeTheAppNeverCompletesIsFinishedJustBeforeItsWindowEnds() {
+        var state = subscribed()
+        _ = state.receive(.didWake(reason: "fetch", payload: nil, remaining: 1), at: 0)
+        let finishBy = Self.second - State.finishMargin
+        #expect(state.nextDeadline == finishBy)
+        let before = state.tick(at: finishBy - 1)
+        #expect(before.isEmpty)
+        let at = state.tick(at: finishBy)
+        #expect(at == [.send(.finishWake)])
+    }
 }
+
 
 extension ClientState {
     var isConnectedForTest: Bool { connected }

@@ -87,7 +87,7 @@ import Testing
         var parsed = Configuration()
         try parsed.apply(fileText: config.rendered(), source: "rendered")
         #expect(parsed == config)
-        #expect(Configuration.keys.count == 19)
+        #expect(Configuration.keys.count == 20)
     }
 
     /// Every enum ↔ string table, one test: raw values are unique and round-trip.

@@ -158,7 +158,7 @@ if until_true 5 three && "$ctl" background --unit bgtaskd-app.scope >/dev/null \
 else
     fail scope-frozen-by-unit "$(cat "$app_scope/cgroup.events" 2>&1 | tr '\n' ' ') procs: $(cat "$app_scope/cgroup.procs" 2>&1 | tr '\n' ' ')"
 fi
-if "$ctl" --no-legend apps | grep -Eq ' bgtaskd-app\.scope +unit +suspended '; then
+if "$ctl" --no-legend apps | grep -Eq ' bgtaskd-app\.scope +unit +.* suspended '; then
     ok scope-listed-as-unit
 else
     fail scope-listed-as-unit "$("$ctl" --no-legend apps | tr '\n' ' ')"

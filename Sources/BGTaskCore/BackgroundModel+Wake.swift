@@ -1,0 +1,61 @@
+/// What `Wake` did.
+public enum WakeOutcome: String, Sendable {
+    /// A suspended app was resumed into the background for its window.
+    case woken
+    /// A background app was told; its deadline stays (the window does not extend it).
+    case told
+    /// A foreground app: nothing to do.
+    case foreground
+}
+
+/// `Wake` (DESIGN.md §2c): a suspended app resumed into the background for `WakeTimeSec`, as
+/// iOS does for a background fetch or a silent push. The window is a background period whose
+/// deadline is its end: tasks begun in it are warned and expire as in any (rules 6–7), and
+/// at its end the app is suspended, or terminated if it still holds a task.
+extension BackgroundModel {
+    public mutating func wake(_ app: ProcessIdentity, reason: String, payload: String?, at now: Instant,
+                              effects: inout [Effect]) throws(BGTaskError) -> WakeOutcome {
+        guard var record = apps[app] else { throw .noSuchApp(app.pid) }
+        switch record.state {
+        case .foreground, .terminated:
+            return .foreground
+        case .background:
+            effects.append(.lifecycle(app, uid: record.uid, .didWake(reason: reason, payload: payload,
+                                                                    backgroundTimeRemaining: remaining(record, at: now))))
+            effects.append(.log(.app(.appWoken, .info, app, command: record.command,
+                                     "told of a wake (\(reason)); already in the background, its deadline stays")))
+            return .told
+        case .suspended:
+            let window = min(settings(record).wakeTime, quotaRemaining(record, at: now) ?? settings(record).wakeTime)
+            count(from: .suspended, to: .background)
+            record.state = .background
+            record.phase = .woken
+            record.warned = false
+            record.epoch += 1
+            record.deadline = now + window
+            timers.insert(.warning(app, epoch: record.epoch), at: max(now, record.deadline! - settings(record).expirationWarning))
+            timers.insert(.deadline(app, epoch: record.epoch), at: record.deadline!)
+            apps[app] = record
+            effects.append(.act(AppActionRecord(app: app, uid: record.uid, command: record.command, unit: record.unit,
+                                                action: .woken, reason: .wake, taskNames: [], detail: reason), signal: nil))
+            effects.append(.log(.app(.appWoken, .notice, app, command: record.command,
+                                     "woken for \(ConfigurationValue.formatTimeSpan(window)): \(reason)", reason: .wake)))
+            effects.append(.lifecycle(app, uid: record.uid, .didWake(reason: reason, payload: payload,
+                                                                    backgroundTimeRemaining: window)))
+            settleQuota(app, at: now)
+            return .woken
+        }
+    }
+
+    /// `FinishWake`: the woken app is done. Holding a granted task it runs on to the window's
+    /// end (rules 5–7); otherwise it is suspended now.
+    public mutating func finishWake(of app: ProcessIdentity, at now: Instant, effects: inout [Effect]) {
+        guard let record = apps[app], record.state == .background, record.phase == .woken else { return }
+        if record.taskIDs.contains(where: { tasks[$0]?.state.isAssertion == true }) {
+            apps[app]?.phase = record.warned ? .expiring : .running
+            settleQuota(app, at: now)
+        } else {
+            suspend(app, reason: .wakeFinished, at: now, effects: &effects)
+        }
+    }
+}
