@@ -163,6 +163,11 @@ public final class BackgroundApplication: @unchecked Sendable {
     /// `.inactive` while `applicationWillEnterForeground(_:)` runs; as last reported by bgtaskd.
     public var applicationState: State { state.withLock { $0.client.state } }
 
+    /// Why the app was last woken (`Manager.Wake`'s `reason`), for the fetch and
+    /// remote-notification delegate methods; `nil` before any wake.
+    public var wakeReason: String? { wakeReasonBox.withLock { $0 } }
+    let wakeReasonBox = Locked<String?>(nil)
+
     /// Whether the library is connected to bgtaskd now.
     public var isConnected: Bool { state.withLock { $0.client.connected } }
 

@@ -43,29 +43,29 @@ public enum BackgroundFetchResult: Sendable {
 /// queue. Returning from `applicationDidEnterBackground(_:)` reports the transition finished.
 ///
 /// A wake (`bgtaskctl wake`, `Manager.Wake`) arrives as UIKit's background fetch (no payload)
-/// or remote notification (with one). Calling the completion handler sends `FinishWake`,
+/// or remote notification (with one); the manager's reason is `application.wakeReason`. Calling the completion handler sends `FinishWake`,
 /// once however often it is called; if it is never called, the library sends it just before
 /// the wake's window ends. A delegate that does not implement them completes at once
 /// (`.noData`).
 public protocol BackgroundApplicationDelegate: AnyObject {
     func applicationDidEnterBackground(_ application: BackgroundApplication)
     func applicationWillEnterForeground(_ application: BackgroundApplication)
-    func application(_ application: BackgroundApplication, performFetchWithReason reason: String,
-                     completionHandler: @escaping @Sendable (BackgroundFetchResult) -> Void)
+    func application(_ application: BackgroundApplication,
+                     performFetchWithCompletionHandler completionHandler: @escaping @Sendable (BackgroundFetchResult) -> Void)
     func application(_ application: BackgroundApplication, didReceiveRemoteNotification userInfo: [String: Any],
-                     reason: String, fetchCompletionHandler: @escaping @Sendable (BackgroundFetchResult) -> Void)
+                     fetchCompletionHandler completionHandler: @escaping @Sendable (BackgroundFetchResult) -> Void)
 }
 
 extension BackgroundApplicationDelegate {
     public func applicationDidEnterBackground(_ application: BackgroundApplication) {}
     public func applicationWillEnterForeground(_ application: BackgroundApplication) {}
-    public func application(_ application: BackgroundApplication, performFetchWithReason reason: String,
-                            completionHandler: @escaping @Sendable (BackgroundFetchResult) -> Void) {
+    public func application(_ application: BackgroundApplication,
+                            performFetchWithCompletionHandler completionHandler: @escaping @Sendable (BackgroundFetchResult) -> Void) {
         completionHandler(.noData)
     }
     public func application(_ application: BackgroundApplication, didReceiveRemoteNotification userInfo: [String: Any],
-                            reason: String, fetchCompletionHandler: @escaping @Sendable (BackgroundFetchResult) -> Void) {
-        fetchCompletionHandler(.noData)
+                            fetchCompletionHandler completionHandler: @escaping @Sendable (BackgroundFetchResult) -> Void) {
+        completionHandler(.noData)
     }
 }
 

@@ -108,12 +108,13 @@ final class EventThread: @unchecked Sendable {
                         self?.wake()
                     }
                     let userInfo = payload.flatMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+                    app.wakeReasonBox.withLock { $0 = reason }
                     if let userInfo {
-                        delegate.value()?.application(app, didReceiveRemoteNotification: userInfo, reason: reason,
+                        delegate.value()?.application(app, didReceiveRemoteNotification: userInfo,
                                                       fetchCompletionHandler: completion.call)
                             ?? completion.call(.noData)
                     } else {
-                        delegate.value()?.application(app, performFetchWithReason: reason, completionHandler: completion.call)
+                        delegate.value()?.application(app, performFetchWithCompletionHandler: completion.call)
                             ?? completion.call(.noData)
                     }
                 }

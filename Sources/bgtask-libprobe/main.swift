@@ -29,16 +29,16 @@ final class Delegate: BackgroundApplicationDelegate, @unchecked Sendable {
     var taskOnBackground: String?
     var wakeMode = "complete"
 
-    func application(_ application: BackgroundApplication, performFetchWithReason reason: String,
-                     completionHandler: @escaping @Sendable (BackgroundFetchResult) -> Void) {
-        woke(application, reason: reason, payload: .null, completionHandler)
+    func application(_ application: BackgroundApplication,
+                     performFetchWithCompletionHandler completionHandler: @escaping @Sendable (BackgroundFetchResult) -> Void) {
+        woke(application, reason: application.wakeReason ?? "", payload: .null, completionHandler)
     }
 
     func application(_ application: BackgroundApplication, didReceiveRemoteNotification userInfo: [String: Any],
-                     reason: String, fetchCompletionHandler: @escaping @Sendable (BackgroundFetchResult) -> Void) {
+                     fetchCompletionHandler completionHandler: @escaping @Sendable (BackgroundFetchResult) -> Void) {
         let data = (try? JSONSerialization.data(withJSONObject: userInfo)) ?? Data("{}".utf8)
-        woke(application, reason: reason, payload: (try? JSON.parse(String(decoding: data, as: UTF8.self))) ?? .null,
-             fetchCompletionHandler)
+        woke(application, reason: application.wakeReason ?? "",
+             payload: (try? JSON.parse(String(decoding: data, as: UTF8.self))) ?? .null, completionHandler)
     }
 
     func woke(_ application: BackgroundApplication, reason: String, payload: JSON,
