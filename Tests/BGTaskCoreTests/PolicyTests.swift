@@ -174,12 +174,18 @@ import Testing
         #expect(harness.model.snapshot(of: app, at: harness.now)?.backgroundQuotaRemaining == .seconds(7))
     }
 
-    @Test mutating func theDeadlineIsCutShortByTheQuotaAndAtZeroBeginTaskIsRefused() throws {
-        var harness = Self.harness()
+    /// An app with the quota, holding a task, moved to the background at instant 1.
+    mutating func heldInTheBackground(_ harness: inout ModelHarness) throws -> ProcessIdentity {
         let app = try self.app(&harness, pid: 100)
         _ = try harness.begin(app)
         harness.at(1)
         try harness.background(app)
+        return app
+    }
+
+    @Test mutating func theDeadlineIsCutShortByTheQuotaAndAtZeroBeginTaskIsRefused() throws {
+        var harness = Self.harness()
+        let app = try self.heldInTheBackground(&harness)
         #expect(harness.model.backgroundTimeRemaining(of: app, at: harness.now) == .seconds(10))  // not the 30 s budget
         harness.at(11)  // held to the quota's deadline: terminated
         #expect(harness.take().actions.map(\.1) == [.assertionsBeyondPermittedTime])
@@ -197,10 +203,7 @@ import Testing
 
     @Test mutating func usageSurvivesARestart() throws {
         var harness = Self.harness()
-        let app = try self.app(&harness, pid: 100)
-        _ = try harness.begin(app)
-        harness.at(1)
-        try harness.background(app)
+        let app = try self.heldInTheBackground(&harness)
         harness.at(4)  // 3 s used so far, still holding
         var restored = Self.harness()
         restored.model.restore(harness.model.savedState(), at: harness.now, effects: &restored.effects)

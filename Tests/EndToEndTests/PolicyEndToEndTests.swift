@@ -77,13 +77,7 @@ import Varlink
         try first.process.signal(SIGKILL)
 
         let second = try daemon.probe()  // relaunched: a new pid, the same app
-        try second.send("subscribe")  // so that it is not suspended the moment it is backgrounded
-        try second.event("subscribed")
-        try daemon.setState(second.pid, "background")
-        try second.event("didEnterBackground")
-        try second.send("begin again")
-        let refused = try second.next { $0["call"] == "begin" }
-        #expect(refused["error"] == "io.bgtaskd.App.NoBackgroundTime", "\(refused)")
+        try Self.expectRefusedInTheBackground(second, daemon)
 
         try daemon.crash()
         let restarted = try daemon.restart(settings, extraArguments: ["--config", files.main])  // same state
@@ -91,12 +85,18 @@ import Varlink
         try second.send("remaining")
         let remaining = try second.next { $0["call"] == "remaining" }
         #expect((remaining["reply"]?["backgroundQuotaRemaining"]?.doubleValue ?? 1) <= 0.5, "\(remaining)")
-        try second.send("subscribe")  // its subscription ended with the old daemon
-        try second.event("subscribed")
-        try restarted.setState(second.pid, "background")
-        try second.event("didEnterBackground")
-        try second.send("begin after-restart")
-        let still = try second.next { $0["call"] == "begin" }
-        #expect(still["error"] == "io.bgtaskd.App.NoBackgroundTime", "\(still)")
+        try Self.expectRefusedInTheBackground(second, restarted)  // its subscription ended with the old daemon
+    }
+
+    /// Subscribes `probe` (so that it is not suspended the moment it is backgrounded), moves
+    /// it to the background, and expects `BeginTask` refused for want of time.
+    static func expectRefusedInTheBackground(_ probe: Probe, _ daemon: TestDaemon) throws {
+        try probe.send("subscribe")
+        try probe.event("subscribed")
+        try daemon.setState(probe.pid, "background")
+        try probe.event("didEnterBackground")
+        try probe.send("begin refused")
+        let refused = try probe.next { $0["call"] == "begin" }
+        #expect(refused["error"] == "io.bgtaskd.App.NoBackgroundTime", "\(refused)")
     }
 }

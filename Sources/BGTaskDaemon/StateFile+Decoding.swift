@@ -1,0 +1,100 @@
+import BGTaskCore
+import BGTaskSystem
+import Varlink
+
+/// Reading the state file back: every value checked as when it was first received (the file
+/// is trusted no further).
+extension StateFile {
+    // MARK: Decoding
+
+    static func int(_ value: JSON?) throws -> Int64 {
+        guard let number = value?.intValue else { throw Malformed(description: "expected an integer") }
+        return number
+    }
+
+    static func string(_ value: JSON?) throws -> String {
+        guard let text = value?.stringValue else { throw Malformed(description: "expected a string") }
+        return text
+    }
+
+    /// A command name as the daemon writes them: at most 64 bytes, escaped (no control
+    /// characters). Anything else is escaped again rather than printed raw.
+    static func command(_ value: JSON?) throws -> String {
+        let text = try string(value)
+        guard text.utf8.count <= 64 else { throw Malformed(description: "command name too long") }
+        return text.containsControlCharacters ? text.cEscaped : text
+    }
+
+    /// A unit's cgroup path, checked as when it was found: the file is trusted no further.
+    static func optionalUnit(_ value: JSON?) throws -> String? {
+        guard let value else { return nil }
+        let path = try string(value)
+        guard path.hasPrefix("/"), path.utf8.count <= 4096, !path.containsControlCharacters,
+              !path.split(separator: "/").contains(".."),
+              AppUnit.of(cgroupPath: path, daemonUnit: nil) == path else {
+            throw Malformed(description: "'\(path.cEscaped)' is not a unit's cgroup path")
+        }
+        return path
+    }
+
+    static func instant(_ value: JSON?) throws -> Instant { Instant(nanoseconds: try int(value)) }
+
+    static func optionalInstant(_ value: JSON?) throws -> Instant? {
+        value == nil || value == .null ? nil : try instant(value)
+    }
+
+    static func value<T: RawRepresentable<String>>(_ type: T.Type, _ json: JSON?) throws -> T {
+        let text = try string(json)
+        guard let value = T(rawValue: text) else { throw Malformed(description: "unknown \(T.self) '\(text)'") }
+        return value
+    }
+
+    static func identity(_ value: JSON?) throws -> ProcessIdentity {
+        let pid = try int(value?["pid"])
+        guard pid > 1, pid <= Int64(Int32.max) else { throw Malformed(description: "pid \(pid) out of range") }
+        // Files written before pidfs identities have no "ino": 0, filled in on restore.
+        let inode = value?["ino"] == nil ? 0 : UInt64(bitPattern: try int(value?["ino"]))
+        return ProcessIdentity(pid: Int32(pid), startTime: UInt64(bitPattern: try int(value?["start"])), inode: inode)
+    }
+
+    static func uid(_ value: JSON?) throws -> UInt32 {
+        let uid = try int(value)
+        guard let result = UInt32(exactly: uid) else { throw Malformed(description: "uid \(uid) out of range") }
+        return result
+    }
+
+    static func app(_ value: JSON) throws -> SavedApp {
+        SavedApp(identity: try identity(value), uid: try uid(value["uid"]), command: try command(value["command"]),
+                 unit: try optionalUnit(value["unit"]),
+                 containment: value["containment"] == nil ? .tree : try Self.value(Containment.self, value["containment"]),
+                 state: try Self.value(AppState.self, value["state"]),
+                 phase: value["phase"] == nil ? nil : try Self.value(BackgroundPhase.self, value["phase"]),
+                 deadline: try optionalInstant(value["deadline"]),
+                 transitionDeadline: try optionalInstant(value["transitionDeadline"]),
+                 warned: value["warned"]?.boolValue ?? false).withQuota(
+                    key: value["quotaKey"] == nil ? nil : try string(value["quotaKey"]),
+                    holdingSince: try optionalInstant(value["holdingSince"]))
+    }
+
+    static func task(_ value: JSON) throws -> SavedTask {
+        let id = try int(value["id"])
+        guard id > 0 else { throw Malformed(description: "task id \(id) out of range") }
+        // Names are checked as when they were received: the file is trusted no further.
+        let name = try TaskName.validate(try string(value["name"]))
+        return SavedTask(id: TaskID(id), app: try identity(value["app"]), owner: try identity(value["owner"]),
+                         name: name, expirationHandler: value["expirationHandler"]?.boolValue ?? false,
+                         connectionBound: value["connectionBound"]?.boolValue ?? false,
+                         created: try instant(value["created"]), state: try Self.value(TaskState.self, value["state"]),
+                         grantAt: try instant(value["grantAt"]), ageWarned: value["ageWarned"]?.boolValue ?? false)
+    }
+
+    static func historyEntry(_ value: JSON) throws -> HistoryEntry {
+        HistoryEntry(realtimeNanoseconds: try int(value["time"]),
+                     record: AppActionRecord(app: try identity(value), uid: try uid(value["uid"]),
+                                             command: try command(value["command"]),
+                                             action: try Self.value(AppAction.self, value["action"]),
+                                             reason: try Self.value(ActionReason.self, value["reason"]),
+                                             taskNames: (value["tasks"]?.arrayValue ?? []).compactMap(\.stringValue),
+                                             detail: try value["detail"].map { try WakeReason.validate(try string($0)) }))
+    }
+}
