@@ -16,6 +16,9 @@ public struct QuotaInterval: Equatable, Sendable {
 extension BackgroundModel {
     /// Intervals kept per key; older ones are merged, so an app cannot grow the state.
     static var maximumQuotaIntervals: Int { 256 }
+    /// Keys kept: beyond, those idle longest are forgotten first (a user minting executables
+    /// cannot grow the state without bound; at worst one forgotten key starts afresh).
+    static var maximumQuotaKeys: Int { 16384 }
 
     /// The background time `app` may still use in the window; `nil` without a quota.
     public func quotaRemaining(of app: ProcessIdentity, at now: Instant) -> Duration? {
@@ -71,6 +74,21 @@ extension BackgroundModel {
         }
         quotaUsage[key] = intervals
         quotaChanged.insert(key)
+        if quotaUsage.count > Self.maximumQuotaKeys { forgetIdleQuotaKeys(at: now) }
+    }
+
+    /// Drops keys with nothing left in the window, then, if still too many, those idle longest.
+    mutating func forgetIdleQuotaKeys(at now: Instant) {
+        let windowStart = now - configuration.quotaWindow
+        var idle = quotaUsage.filter { quotaHolders[$0.key] == nil }
+            .map { (key: $0.key, last: $0.value.last?.end ?? .zero) }
+            .sorted { $0.last < $1.last }
+        let excess = quotaUsage.count - Self.maximumQuotaKeys * 3 / 4
+        idle = idle.enumerated().filter { $0.offset < excess || $0.element.last <= windowStart }.map(\.element)
+        for (key, _) in idle {
+            quotaUsage[key] = nil
+            quotaChanged.insert(key)
+        }
     }
 
     /// The quota records changed since the last call (a key with none left: empty).

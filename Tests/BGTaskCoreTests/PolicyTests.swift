@@ -227,3 +227,28 @@ import Testing
         #expect(AppFacts(executable: nil, uid: 1000).quotaKey == "uid 1000 ")
     }
 }
+
+@Suite struct QuotaBoundTests {
+    @Test func keysAreBoundedAndTheIdlestGoFirst() throws {
+        var harness = ModelHarness { $0.quotaWindow = .seconds(100_000) }
+        let policy = try AppPolicy(file: "q.policy", text: "[Policy]\nDailyBackgroundSec=10s\n", base: harness.model.configuration)
+        var keep: ProcessIdentity?
+        for index in 0...BackgroundModel.maximumQuotaKeys {
+            let app = try harness.model.register(harness.process(pid: Int32(100 + index)), policy: policy,
+                                                 quotaKey: "key \(index)", at: harness.now, effects: &harness.effects)
+            let start = Double(index) * 0.1
+            _ = try harness.begin(app)
+            harness.at(start + 0.06)  // granted
+            try harness.background(app)
+            harness.at(start + 0.07)
+            try harness.foreground(app)  // 10 ms used, recorded under its key
+            if index == BackgroundModel.maximumQuotaKeys { keep = app } else {
+                harness.model.processExited(app, at: harness.now, effects: &harness.effects)  // its key stays
+            }
+            _ = harness.take()
+        }
+        #expect(harness.model.quotaUsage.count <= BackgroundModel.maximumQuotaKeys)
+        #expect(harness.model.quotaUsage["key 0"] == nil)  // the idlest went first
+        #expect(harness.model.quotaRemaining(of: keep!, at: harness.now)! < .seconds(10))  // the newest stays
+    }
+}
