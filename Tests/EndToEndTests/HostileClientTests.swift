@@ -143,7 +143,7 @@ import Varlink
         }
         #expect(sent < 64 << 20, "the daemon kept reading a client that never reads")
         #expect(try baseline.call("GetStatus")["version"] != nil)
-        #expect(try residentKiB(daemon.process.pid) < rssBefore + 8 * 1024)
+        #expect(try residentKiB(daemon.process.pid) < rssBefore + residentGrowthBoundKiB)
         greedy.close()
         try baseline.check(daemon)
     }

@@ -19,7 +19,7 @@ struct SecurityEndToEndTests {
         // What the kernel's socket buffers take, not what the daemon would buffer.
         #expect(sent >= 0 && sent < 16 << 20, "sent \(sent) bytes")
         #expect(try daemon.manager("GetStatus")["version"] != nil)
-        #expect(try residentKiB(daemon.process.pid) < rssBefore + 8 * 1024)
+        #expect(try residentKiB(daemon.process.pid) < rssBefore + residentGrowthBoundKiB)
     }
 
     /// 2: listings are filtered before they are built and sent in slices: a user holding
@@ -34,7 +34,7 @@ struct SecurityEndToEndTests {
         try waitUntil("root answered while the listings wait", timeout: 10) {
             try daemon.manager("GetStatus")["tasks"] == 4000
         }
-        #expect(try residentKiB(daemon.process.pid) < rssBefore + 8 * 1024)
+        #expect(try residentKiB(daemon.process.pid) < rssBefore + residentGrowthBoundKiB)
         // What a listing holds is the caller's own, whole and well-formed across its slices.
         let rootProbe = try daemon.probe()
         _ = try rootProbe.begin("roots")
