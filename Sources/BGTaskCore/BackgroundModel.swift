@@ -11,8 +11,13 @@ public struct BackgroundModel {
         /// The unit cgroup the app is (`containment == .unit`).
         var unit: String?
         var containment: Containment
-        /// The policy file that matched it (DESIGN.md §2b); `nil`: `bgtaskd.conf` alone.
-        var policy: AppPolicy?
+        /// The policy file that matched it (DESIGN.md §2b); `nil`: `bgtaskd.conf` alone. Boxed:
+        /// most apps have none, and a policy (a whole configuration) is large.
+        var policyBox: Shared<AppPolicy>?
+        var policy: AppPolicy? {
+            get { policyBox?.value }
+            set { policyBox = newValue.map(Shared.init) }
+        }
         /// What its daily background time is kept by: the app across relaunches.
         var quotaKey: String?
         /// Since when it has held a granted task in the background, for an app with a quota.
@@ -204,7 +209,8 @@ public struct BackgroundModel {
         // A unit already taken (by an app of another uid) leaves this one a process app.
         let unit = process.unit.flatMap { appsByUnit[$0] == nil ? $0 : nil }
         insertApp(AppRecord(identity: identity, uid: process.uid, command: process.command, unit: unit,
-                            containment: unit == nil ? processContainment : .unit, policy: policy, quotaKey: quotaKey))
+                            containment: unit == nil ? processContainment : .unit, policyBox: policy.map(Shared.init),
+                            quotaKey: quotaKey))
         settleWatch(identity, before: watched, effects: &effects)
         let containment = unit.map { "as unit \(AppUnit.name(ofPath: $0))" }
             ?? (processContainment == .tree ? "(containment tree: a process that re-parents, by a double fork or setsid, escapes it)"
@@ -324,4 +330,11 @@ public struct BackgroundModel {
         let after = needsWatch(process)
         if before != after { effects.append(after ? .watch(process) : .unwatch(process)) }
     }
+}
+
+/// An immutable value shared by reference, to keep a large, rarely present field out of a
+/// record that exists by the thousand.
+final class Shared<Value: Sendable>: Sendable {
+    let value: Value
+    init(_ value: Value) { self.value = value }
 }
