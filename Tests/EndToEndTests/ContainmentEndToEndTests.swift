@@ -86,13 +86,13 @@ struct ContainmentEndToEndTests {
         _ = try probe.begin("main")
         // A worker started in the unit by another shell, double-forked: not the app's child.
         let worker = """
-        import json, socket, sys, time
+        import json, signal, socket, sys
         s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
         s.sendall(b'{"method":"io.bgtaskd.App.BeginTask","parameters":{"name":"worker"}}\\0')
         reply = b""
         while not reply.endswith(b"\\0"): reply += s.recv(4096)
         print(json.dumps({"worker": json.loads(reply[:-1])}), flush=True)
-        time.sleep(600)
+        signal.pause()  # holds its task until the unit is torn down
         """
         let shell = try unit.spawn("(python3 -c '\(worker.replacingOccurrences(of: "'", with: "'\\''"))' \(daemon.socketPath) &); echo started")
         try shell.expectLine("started")
@@ -195,7 +195,7 @@ struct ContainmentEndToEndTests {
     /// An app that registers, then forks a double-forked and a `setsid` worker (printing
     /// their pids), and begins a task "held" when told to on stdin.
     static let forkingApp = #"""
-    import json, os, socket, sys, time
+    import json, os, signal, socket, sys
     s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
     def call(method, params):
         s.sendall(json.dumps({"method": method, "parameters": params}).encode() + b"\0")
@@ -206,12 +206,12 @@ struct ContainmentEndToEndTests {
     r, w = os.pipe()
     if os.fork() == 0:
         if os.fork() == 0:
-            os.write(w, b"%d\n" % os.getpid()); time.sleep(600); os._exit(0)
+            os.write(w, b"%d\n" % os.getpid()); signal.pause(); os._exit(0)
         os._exit(0)
     if os.fork() == 0:
         os.setsid()
         if os.fork() == 0:
-            os.write(w, b"%d\n" % os.getpid()); time.sleep(600); os._exit(0)
+            os.write(w, b"%d\n" % os.getpid()); signal.pause(); os._exit(0)
         os._exit(0)
     os.wait(); os.wait()
     workers = os.read(r, 100).split() 

@@ -72,8 +72,11 @@ import Varlink
         try daemon.setState(app.pid, "foreground")
         let reply = try daemon.manager("Wake", ["pid": .int(Int64(app.pid)), "reason": "x"])
         #expect(reply["outcome"] == "foreground")
-        let (code, output) = try daemon.ctl(["wake", "\(app.pid)"], asUser: 65534)
-        #expect(code == 1 && output.contains("permission denied"), "\(output)")
+        // Nor expire it, or read its policy: the same rights as SetAppState.
+        for verb in [["wake"], ["expire"], ["expire", "--deadline"], ["policy"]] {
+            let (code, output) = try daemon.ctl(verb + ["\(app.pid)"], asUser: 65534)
+            #expect(code == 1 && output.contains("permission denied"), "\(verb): \(output)")
+        }
         let (bad, refusal) = try daemon.ctl(["wake", "\(app.pid)", "--payload", "[1,2]"])
         #expect(bad == 2 && refusal.contains("JSON object"), "\(refusal)")
         #expect(throws: (any Error).self) {  // over 4 KiB

@@ -186,18 +186,22 @@ fi
 iso=/run/bgtaskd-iso/io.bgtaskd
 systemd-run --unit=bgtaskd-iso --quiet /opt/bgtaskd/sbin/bgtaskd --socket "$iso" --set IsolateApps=yes
 cat > /tmp/isolated-app.py <<'PY'
-import os, socket, sys, time
+import os, signal, socket, sys, time
 s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
 s.sendall(b'{"method":"io.bgtaskd.App.GetTimeRemaining","parameters":{}}\0')
 while not s.recv(4096).endswith(b"\0"): pass
-while "app-bgtaskd-" not in open("/proc/self/cgroup").read(): time.sleep(0.02)
+# Bounded wait for the daemon to move it into its scope (the check fails if it never does).
+deadline = time.monotonic() + 5
+while "app-bgtaskd-" not in open("/proc/self/cgroup").read():
+    if time.monotonic() > deadline: sys.exit("never moved into a scope")
+    time.sleep(0.02)  # poll interval of the deadline wait
 for detach in (False, True):
     if os.fork() == 0:
         if detach: os.setsid()
-        if os.fork() == 0: time.sleep(600); os._exit(0)
+        if os.fork() == 0: signal.pause(); os._exit(0)  # a worker: idle until killed
         os._exit(0)
     os.wait()
-time.sleep(600)
+signal.pause()  # the app: idle until frozen, thawed and killed
 PY
 until_true 5 test -S "$iso"
 scoped --unit=session-99 /usr/bin/python3 /tmp/isolated-app.py "$iso" &
