@@ -79,12 +79,12 @@ extension JSON {
         switch self {
         case .null: out.append(contentsOf: "null".utf8)
         case let .bool(b): out.append(contentsOf: (b ? "true" : "false").utf8)
-        case let .int(i): out.append(contentsOf: String(i).utf8)
+        case let .int(i): JSON.writeInteger(i, to: &out)
         case let .double(d):
             if !d.isFinite {
                 out.append(contentsOf: "null".utf8)
             } else if d.rounded(.towardZero) == d, abs(d) < 1e15 {
-                out.append(contentsOf: String(Int64(d)).utf8)
+                JSON.writeInteger(Int64(d), to: &out)
                 out.append(contentsOf: ".0".utf8)
             } else {
                 out.append(contentsOf: String(d).utf8)
@@ -98,31 +98,61 @@ extension JSON {
             }
             out.append(UInt8(ascii: "]"))
         case let .object(members):
-            out.append(UInt8(ascii: "{"))
-            for (index, key) in members.keys.sorted().enumerated() {
-                if index > 0 { out.append(UInt8(ascii: ",")) }
-                JSON.writeString(key, to: &out)
-                out.append(UInt8(ascii: ":"))
-                members[key]!.write(to: &out)
-            }
-            out.append(UInt8(ascii: "}"))
+            JSON.writeObject(members, to: &out)
+        }
+    }
+
+    /// `{...}` with the keys in order, so the same value is always the same text.
+    public static func writeObject(_ members: [String: JSON], to out: inout [UInt8]) {
+        out.append(UInt8(ascii: "{"))
+        var first = true
+        for (key, value) in members.sorted(by: { $0.key < $1.key }) {
+            if !first { out.append(UInt8(ascii: ",")) }
+            first = false
+            JSON.writeString(key, to: &out)
+            out.append(UInt8(ascii: ":"))
+            value.write(to: &out)
+        }
+        out.append(UInt8(ascii: "}"))
+    }
+
+    /// Decimal digits, without making a String.
+    public static func writeInteger(_ value: Int64, to out: inout [UInt8]) {
+        if value < 0 { out.append(UInt8(ascii: "-")) }
+        var magnitude = value.magnitude
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { digits in
+            var first = 20
+            repeat {
+                first -= 1
+                digits[first] = UInt8(ascii: "0") + UInt8(magnitude % 10)
+                magnitude /= 10
+            } while magnitude > 0
+            out.append(contentsOf: UnsafeBufferPointer(rebasing: digits[first...]))
         }
     }
 
     private static let hex: [UInt8] = Array("0123456789abcdef".utf8)
 
-    static func writeString(_ s: String, to out: inout [UInt8]) {
+    public static func writeString(_ s: String, to out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
-        for byte in s.utf8 {
-            switch byte {
-            case UInt8(ascii: "\""): out.append(contentsOf: [92, 34])
-            case UInt8(ascii: "\\"): out.append(contentsOf: [92, 92])
-            case 0x0A: out.append(contentsOf: [92, UInt8(ascii: "n")])
-            case 0x0D: out.append(contentsOf: [92, UInt8(ascii: "r")])
-            case 0x09: out.append(contentsOf: [92, UInt8(ascii: "t")])
-            case 0..<0x20, 0x7F:
-                out.append(contentsOf: [92, UInt8(ascii: "u"), 48, 48, hex[Int(byte >> 4)], hex[Int(byte & 15)]])
-            default: out.append(byte)
+        var s = s
+        s.withUTF8 { bytes in
+            // Most strings need no escape: copied whole.
+            guard bytes.contains(where: { $0 < 0x20 || $0 == 0x7F || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) else {
+                out.append(contentsOf: bytes)
+                return
+            }
+            for byte in bytes {
+                switch byte {
+                case UInt8(ascii: "\""): out.append(contentsOf: [92, 34])
+                case UInt8(ascii: "\\"): out.append(contentsOf: [92, 92])
+                case 0x0A: out.append(contentsOf: [92, UInt8(ascii: "n")])
+                case 0x0D: out.append(contentsOf: [92, UInt8(ascii: "r")])
+                case 0x09: out.append(contentsOf: [92, UInt8(ascii: "t")])
+                case 0..<0x20, 0x7F:
+                    out.append(contentsOf: [92, UInt8(ascii: "u"), 48, 48, hex[Int(byte >> 4)], hex[Int(byte & 15)]])
+                default: out.append(byte)
+                }
             }
         }
         out.append(UInt8(ascii: "\""))
@@ -215,14 +245,21 @@ struct JSONParser {
         index += 1
         let start = index
         // Fast path: no escapes, the string is the bytes themselves.
+        var high: UInt8 = 0
         while index < bytes.count, bytes[index] != UInt8(ascii: "\""), bytes[index] != UInt8(ascii: "\\"),
-              bytes[index] >= 0x20 { index += 1 }
+              bytes[index] >= 0x20 {
+            high |= bytes[index]
+            index += 1
+        }
         guard index < bytes.count else { throw fail("unterminated string") }
         if bytes[index] == UInt8(ascii: "\"") {
             let end = index
             index += 1
             let string = bytes.withUnsafeBufferPointer { buffer in
-                String(validating: UnsafeBufferPointer(rebasing: buffer[start..<end]), as: UTF8.self)
+                let text = UnsafeBufferPointer(rebasing: buffer[start..<end])
+                // ASCII (nearly every string in a call) needs no validation, and the generic
+                // validating initialiser costs a thousand instructions even then.
+                return high < 0x80 ? String(decoding: text, as: UTF8.self) : String(validating: text, as: UTF8.self)
             }
             guard let string else { throw JSONError(offset: start, reason: "string is not valid UTF-8") }
             return string

@@ -112,6 +112,21 @@ public struct VarlinkReply: Equatable, Sendable {
         if let error { object["error"] = .string(error) }
         return .object(object)
     }
+
+    /// Appends `json`'s text (keys in order: continues, error, parameters) without building
+    /// the outer object: a reply goes out for every call.
+    public func write(to out: inout [UInt8]) {
+        out.append(UInt8(ascii: "{"))
+        if continues { out.append(contentsOf: "\"continues\":true,".utf8) }
+        if let error {
+            out.append(contentsOf: "\"error\":".utf8)
+            JSON.writeString(error, to: &out)
+            out.append(UInt8(ascii: ","))
+        }
+        out.append(contentsOf: "\"parameters\":".utf8)
+        JSON.writeObject(parameters, to: &out)
+        out.append(UInt8(ascii: "}"))
+    }
 }
 
 /// A message that is JSON but not a Varlink call or reply.
