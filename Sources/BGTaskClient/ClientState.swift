@@ -2,7 +2,8 @@ import Varlink
 
 /// What the daemon says on the Subscribe stream, parsed.
 enum DaemonEvent: Equatable {
-    case subscribed(state: String, remaining: Double?, held: Set<Int>)
+    /// `expiring`: the held tasks already warned (a warning sent while the library was away).
+    case subscribed(state: String, remaining: Double?, held: Set<Int>, expiring: [Int] = [])
     /// `remaining` is `nil` for an exempt app: unlimited.
     case didEnterBackground(remaining: Double?, transitionTimeout: Double)
     case willEnterForeground
@@ -117,16 +118,19 @@ struct ClientState<Handler> {
 
     mutating func receive(_ event: DaemonEvent, at now: Int64) -> [Effect] {
         switch event {
-        case let .subscribed(state, remaining, held):
+        case let .subscribed(state, remaining, held, expiring):
             connected = true
             nextReconnect = nil
             reconnectDelay = Self.reconnectDelays.lowerBound
             self.state = state == "foreground" ? .active : .background
             self.remaining = remaining.map { ($0, now) }
-            // Back after a restart: the tasks the daemon kept go on, the others are gone.
+            // Back after a restart: the tasks the daemon kept go on, the others are gone;
+            // those it warned while the library was away get their handlers now (once: a
+            // handler that ran already is gone from its task).
             orphanDeadline = nil
             defer { pendingEnds = [] }
-            return expireOrphans(keeping: held) + pendingEnds.map { .send(.endTask($0)) }
+            let warned = expiring.flatMap { applyTaskEvent(.taskExpiring([$0], remaining: remaining ?? 0), to: $0) }
+            return expireOrphans(keeping: held) + warned + pendingEnds.map { .send(.endTask($0)) }
         case let .didEnterBackground(remaining, timeout):
             state = .background
             self.remaining = remaining.map { ($0, now) }
@@ -300,7 +304,8 @@ extension DaemonEvent {
         switch parameters["event"]?.stringValue {
         case "subscribed"?:
             self = .subscribed(state: parameters["state"]?.stringValue ?? "foreground", remaining: remaining,
-                               held: Set(ids))
+                               held: Set(ids),
+                               expiring: (parameters["expiringTaskIds"]?.arrayValue ?? []).compactMap(\.intValue).map(Int.init))
         case "didEnterBackground"?:
             self = .didEnterBackground(remaining: remaining,
                                        transitionTimeout: parameters["transitionTimeout"]?.doubleValue ?? 0)

@@ -246,14 +246,19 @@ extension BackgroundModel {
         ageQueueHead < ageQueue.count ? ageQueue[ageQueueHead].created + configuration.taskAgeWarning : nil
     }
 
-    /// Fires every timer due at or before `now`, each at its own instant, in order.
-    public mutating func advance(to now: Instant, effects: inout [Effect]) {
+    /// Fires every timer due at or before `now`, each at its own instant, in order; at most
+    /// `limit` of them. Returns whether none is left due (false: call again).
+    @discardableResult
+    public mutating func advance(to now: Instant, limit: Int = .max, effects: inout [Effect]) -> Bool {
+        var fired = 0
         while true {
+            guard fired < limit else { return nextDeadline().map { $0 > now } ?? true }
+            fired += 1
             if let age = nextAgeWarning(), age <= now, age <= (timers.first?.instant ?? age) {
                 if let id = popAgeQueue() { warnAge(id, at: age, effects: &effects) }
                 continue
             }
-            guard let entry = timers.popDue(at: now) else { return }
+            guard let entry = timers.popDue(at: now) else { return true }
             let at = entry.instant
             switch entry.kind {
             case let .grant(id): grant(id, at: at, effects: &effects)

@@ -143,6 +143,9 @@ extension BackgroundModel {
     /// The id the next task gets.
     public var nextTaskIdentifier: TaskID { nextTaskID }
 
+    /// Whether anything changed since the last `takeChanges()` or `takeQuotaChanges()`.
+    public var hasUnsavedChanges: Bool { apps.hasChanges || tasks.hasChanges || !quotaChanged.isEmpty }
+
     /// What changed since the last call: the daemon writes these before it carries out the
     /// effects, so what is on disk is never behind what was done to a process.
     public mutating func takeChanges() -> (processes: [SavedProcessChange], tasks: [SavedTaskChange]) {
@@ -188,7 +191,10 @@ extension BackgroundModel {
     /// exited), timers are armed at their saved instants (`advance(to:)` then fires those
     /// that passed while no daemon ran, in order), and what a restart necessarily ends,
     /// ends: tasks bound to a connection, and transitions whose subscriber was connected.
-    public mutating func restore(_ saved: SavedState, at now: Instant, effects: inout [Effect]) {
+    /// `policy` gives each app its policy before its timers are armed (policies are not saved:
+    /// they are matched again, and a warning instant depends on the app's policy).
+    public mutating func restore(_ saved: SavedState, at now: Instant, policy: (SavedApp) -> AppPolicy? = { _ in nil },
+                                 effects: inout [Effect]) {
         precondition(apps.count == 0 && tasks.count == 0, "restore into a model with no apps")
         nextTaskID = max(nextTaskID, saved.nextTaskID, (saved.tasks.keys.max() ?? 0) + 1)
         quotaUsage = saved.quota
@@ -203,6 +209,7 @@ extension BackgroundModel {
             record.warned = app.warned
             record.epoch = 1
             record.quotaKey = app.quotaKey
+            record.policy = policy(app)
             record.holdingSince = app.holdingSince
             if let key = app.quotaKey, app.holdingSince != nil { quotaHolders[key, default: []].insert(app.identity) }
             insertApp(record)

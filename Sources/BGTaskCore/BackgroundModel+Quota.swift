@@ -93,6 +93,7 @@ extension BackgroundModel {
 
     /// The quota records changed since the last call (a key with none left: empty).
     public mutating func takeQuotaChanges() -> [(key: String, intervals: [QuotaInterval])] {
+        guard !quotaChanged.isEmpty else { return [] }
         defer { quotaChanged.removeAll() }
         return quotaChanged.sorted().map { ($0, quotaUsage[$0] ?? []) }
     }

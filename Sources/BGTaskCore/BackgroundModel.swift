@@ -64,6 +64,9 @@ public struct BackgroundModel {
     /// Active tasks only: a task that ends is forgotten (its names live on in history).
     var tasks = ChangeTracked<TaskID, TaskRecord>()
     var tasksByOwner: [ProcessIdentity: Set<TaskID>] = [:]
+    /// Whether `process` is a registered app's own process.
+    public func isApp(_ process: ProcessIdentity) -> Bool { apps[process] != nil }
+
     /// The uid that owns `process`: its app's, or, for a process waiting for its `SIGKILL`,
     /// the uid of the app it was. `nil` if the model does not know the process.
     public func owner(of process: ProcessIdentity) -> UInt32? {

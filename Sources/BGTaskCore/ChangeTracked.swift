@@ -26,6 +26,9 @@ struct ChangeTracked<Key: Hashable, Value> {
     var keys: Dictionary<Key, Value>.Keys { dictionary.keys }
     var values: Dictionary<Key, Value>.Values { dictionary.values }
 
+    /// Whether a key was written since the last `takeChanges()`.
+    var hasChanges: Bool { !changed.isEmpty }
+
     /// The keys written since the last call.
     mutating func takeChanges() -> Set<Key> {
         guard !changed.isEmpty else { return [] }  // most passes: no allocation

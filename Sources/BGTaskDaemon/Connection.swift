@@ -21,8 +21,8 @@ final class Connection {
     let id: ConnectionID
     let socket: FileDescriptor
     let credentials: PeerCredentials
-    /// The peer's pidfd (`SO_PEERPIDFD`), taken at accept.
-    let peerPidfd: Pidfd?
+    /// The peer's pidfd (`SO_PEERPIDFD`), taken at accept; released at `close()`.
+    private(set) var peerPidfd: Pidfd?
     var source: EventSource?
     var framer: VarlinkFramer
     var stream: Stream?
@@ -34,6 +34,8 @@ final class Connection {
     private var outputStart = 0
     private var ioEvents: UInt32 = 0
     private(set) var isClosed = false
+    /// Whether the daemon has it in this pass's list of connections to flush.
+    var isTouched = false
     /// Bytes of stream events the peer has not read yet; past this the connection is dropped.
     static let maximumPendingOutput = 8 << 20
     /// Calls are read and answered only while less than this waits to be written.
@@ -57,22 +59,21 @@ final class Connection {
         !isClosed && stream == nil && listing == nil && pendingOutputBytes < Self.outputLowWater
     }
 
-    /// Queues a reply and writes what the socket takes now. Returns false if the peer is
-    /// gone or too far behind, in which case the caller must close the connection.
+    /// Queues a reply; the daemon writes it at the end of the pass, after the state file
+    /// (`Daemon.commit`). Returns false if the peer is too far behind, in which case the
+    /// caller must close the connection.
     func send(_ reply: VarlinkReply) -> Bool {
         guard !isClosed else { return false }
         if pendingOutputBytes > Self.maximumPendingOutput { return false }
-        reply.json.write(to: &output)
+        reply.write(to: &output)
         output.append(0)
-        return flush()
+        return true
     }
 
-    /// Produces the next slice of the listing being sent, if the peer has read the last one.
-    /// Returns false if the peer is gone.
-    func continueListing() -> Bool {
-        guard let listing, pendingOutputBytes < Self.outputLowWater else { return true }
+    /// Queues the next slice of the listing being sent, if the peer has read the last one.
+    func continueListing() {
+        guard let listing, pendingOutputBytes < Self.outputLowWater else { return }
         if listing.produce(into: &output) { self.listing = nil }
-        return flush()
     }
 
     /// Writes buffered output.
@@ -105,11 +106,18 @@ final class Connection {
         }
     }
 
+    /// The peer is resolved and its process watched through a pidfd of the daemon's own:
+    /// this one need not be held too (a client that streams keeps one descriptor, not two).
+    func releasePeerPidfd() { peerPidfd = nil }
+
     func close() {
         isClosed = true
         listing = nil
         source = nil
         socket.close()
+        // Released now, not when the last reference to this object goes (the pass's list
+        // of connections to flush may hold it a little longer).
+        peerPidfd = nil
     }
 }
 

@@ -27,9 +27,8 @@ extension Daemon {
             let connection = Connection(id: id, socket: socket, credentials: credentials, peerPidfd: pidfd,
                                         maximumMessageBytes: model.configuration.maxMessageBytes)
             do {
-                connection.source = try loop.addIO(socket.rawValue, events: IOEvents.readable) {
-                    [unowned self, unowned connection] events in
-                    self.pass { _ in self.handleIO(connection, events: events) }
+                connection.source = try clients.add(socket.rawValue, events: IOEvents.readable) {
+                    [unowned self, unowned connection] events in self.handleIO(connection, events: events)
                 }
             } catch {
                 log(.warning, "cannot watch a new connection: \(error)")
@@ -42,13 +41,11 @@ extension Daemon {
     }
 
     func handleIO(_ connection: Connection, events: UInt32) {
-        serviceIO(connection, events: events)
-        connection.updateEvents()
-    }
-
-    private func serviceIO(_ connection: Connection, events: UInt32) {
+        touch(connection)
         if events & IOEvents.writable != 0 {
-            guard connection.flush(), connection.continueListing() else { return close(connection) }
+            // What waits was queued in an earlier pass, so its state is on disk already.
+            guard connection.flush() else { return close(connection) }
+            connection.continueListing()
         }
         let gone = IOEvents.hangup | IOEvents.error | IOEvents.peerHangup
         if connection.wantsInput, events & (IOEvents.readable | gone) != 0 {
@@ -67,16 +64,20 @@ extension Daemon {
         processInput(connection)
     }
 
-    /// Handles complete calls in order while the connection takes them.
-    func processInput(_ connection: Connection) {
+    /// Handles complete calls in order while the connection takes them. Returns whether it
+    /// handled any.
+    @discardableResult
+    func processInput(_ connection: Connection) -> Bool {
+        var handled = false
         while connection.wantsInput {
             let message: ArraySlice<UInt8>
             do {
-                guard let next = try connection.framer.next() else { return }
+                guard let next = try connection.framer.next() else { return handled }
                 message = next
             } catch {
                 log(.notice, "Closing \(connection.id) (uid \(connection.credentials.uid)): message over MaxMessageBytes=\(error.limit)")
-                return close(connection)
+                close(connection)
+                return handled
             }
             let call: VarlinkCall
             do {
@@ -84,10 +85,13 @@ extension Daemon {
             } catch {
                 // Not a Varlink call: the stream cannot be trusted past this point.
                 log(.notice, "Closing \(connection.id) (uid \(connection.credentials.uid)): \(error)")
-                return close(connection)
+                close(connection)
+                return handled
             }
             handle(call, on: connection, at: now)
+            handled = true
         }
+        return handled
     }
 
     func handle(_ call: VarlinkCall, on connection: Connection, at now: Instant) {
@@ -101,13 +105,17 @@ extension Daemon {
         }
         carryOut(effects)
         callPidfds.removeAll()
+        if connection.peerPidfd != nil, let caller = connection.caller, watches[caller.identity] != nil {
+            connection.releasePeerPidfd()
+        }
         switch answer {
         case let .reply(reply):
-            if !call.oneway || reply.continues, !connection.send(reply) { drop(connection) }
+            if !call.oneway || reply.continues { send(reply, to: connection) }
         case let .listing(listing):
             guard !call.oneway else { return }
             connection.listing = listing
-            if !connection.continueListing() { drop(connection) }
+            connection.continueListing()
+            touch(connection)
         }
     }
 
@@ -138,12 +146,43 @@ extension Daemon {
     func endStream(of connection: Connection) {
         connection.stream = nil
         processInput(connection)
-        connection.updateEvents()
+        touch(connection)
     }
 
+    /// Queues a reply or event; it goes out when the pass commits.
     func send(_ reply: VarlinkReply, to connection: Connection) {
-        if !connection.send(reply) { drop(connection) }
-        connection.updateEvents()
+        if connection.send(reply) { touch(connection) } else { drop(connection) }
+    }
+
+    /// Notes a connection whose output or wanted events may have changed in this pass.
+    func touch(_ connection: Connection) {
+        guard !connection.isTouched, !connection.isClosed else { return }
+        connection.isTouched = true
+        touched.append(connection)
+    }
+
+    /// Group commit, at the end of every pass: what the pass changed goes to the state file,
+    /// then the replies and events it queued go out. No reply leaves before the change it
+    /// reports is on disk. Returns the connections that can take more of the calls they
+    /// already sent (their replies had filled the output buffer).
+    func commit() -> [Connection] {
+        var resumable: [Connection] = []
+        while !touched.isEmpty {  // closing a connection can queue events for others
+            writeState()
+            let batch = touched
+            touched.removeAll(keepingCapacity: true)
+            for connection in batch {
+                connection.isTouched = false
+                guard !connection.isClosed else { continue }
+                guard connection.flush() else {
+                    close(connection)
+                    continue
+                }
+                connection.updateEvents()
+                if connection.wantsInput, connection.framer.bufferedByteCount > 0 { resumable.append(connection) }
+            }
+        }
+        return resumable
     }
 
     /// Closes a connection whose peer is gone or stopped reading, saying which.

@@ -6,12 +6,12 @@ import Varlink
 /// suspensions, resumptions and terminations; process watches; log records.
 extension Daemon {
     /// Carries out the model's effects in order, then feeds it any exits found meanwhile.
-    /// What changed is written to the state file first: on disk is never behind what was
-    /// done to a process. A suspension that cannot be recorded waits until it can: a crash
-    /// would otherwise leave the app stopped with no record of it.
+    /// Before anything is done to a process, what changed is written to the state file: on
+    /// disk is never behind what was done. A suspension that cannot be recorded waits until
+    /// it can: a crash would otherwise leave the app stopped with no record of it. Replies
+    /// and events are only queued here; the pass writes the state before they go out
+    /// (`commit`).
     func carryOut(_ effects: [Effect]) {
-        writeState()
-        defer { writeState() }
         for effect in effects {
             switch effect {
             case let .lifecycle(app, uid, event):
@@ -35,6 +35,7 @@ extension Daemon {
                     broadcast(["event": .string("taskChanged"), "task": Wire.task(task)], uid: task.uid)
                 }
             case let .act(record, signal):
+                writeState()
                 if record.action == .suspended, !stateWritable {
                     deferredSuspensions.insert(record.app)
                     log(.warning, "App \(record.app) (\(record.command)) not suspended yet: \(stateFile.path) cannot be written, and a suspension must be recorded first")
@@ -46,6 +47,7 @@ extension Daemon {
                 stateFile.record(entry)
                 broadcast(["event": .string(record.action.rawValue), "entry": Wire.historyEntry(entry)], uid: record.uid)
             case let .kill(process, uid):
+                writeState()
                 enforcer.kill(process, uid: uid)
             case let .watch(process):
                 watch(process)
@@ -80,8 +82,8 @@ extension Daemon {
     func watch(_ process: ProcessIdentity) {
         guard watches[process] == nil else { return }
         guard let pidfd = callPidfds[process], !pidfd.hasExited,
-              let source = try? loop.addIO(pidfd.descriptor.rawValue, events: IOEvents.readable, { [unowned self] _ in
-                  self.pass { _ in self.processExited(process) }
+              let source = try? clients.add(pidfd.descriptor.rawValue, events: IOEvents.readable, { [unowned self] _ in
+                  self.processExited(process)
               }) else {
             exitedProcesses.append(process)
             return

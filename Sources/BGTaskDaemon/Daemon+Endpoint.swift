@@ -58,10 +58,11 @@ extension Daemon {
         return resolved.description
     }
 
+    static let appMembers: Set = ["Subscribe", "BeginTask", "EndTask", "GetTimeRemaining", "FinishBackgroundTransition", "FinishWake"]
+
     func appCall(_ call: VarlinkCall, _ member: String, on connection: Connection, at now: Instant,
                  effects: inout [Effect]) throws -> VarlinkReply {
-        let known = ["Subscribe", "BeginTask", "EndTask", "GetTimeRemaining", "FinishBackgroundTransition", "FinishWake"]
-        guard known.contains(member) else { throw VarlinkError.methodNotFound(call.method) }
+        guard Self.appMembers.contains(member) else { throw VarlinkError.methodNotFound(call.method) }
         try requireWritableState()
         let process = try caller(of: connection)
         let app: ProcessIdentity
@@ -80,12 +81,15 @@ extension Daemon {
             connection.stream = .subscription(app)
             subscribers[app, default: []].append(connection.id)
             let snapshot = model.snapshot(of: app, at: now)!
+            let held = model.listTasks(of: app, at: now)
             return VarlinkReply(parameters: [
                 "event": .string("subscribed"), "pid": .int(Int64(app.pid)), "state": .string(snapshot.state.rawValue),
                 "phase": snapshot.phase.map { .string($0.rawValue) } ?? .null,
                 "backgroundTimeRemaining": Wire.seconds(snapshot.backgroundTimeRemaining),
-                // What the app holds now: after a daemon restart, what survived it.
-                "taskIds": .array(model.listTasks(of: app, at: now).map { .int(Int64($0.id)) }),
+                // What the app holds now: after a daemon restart, what survived it; and which
+                // of those were warned already (a client that was away missed taskExpiring).
+                "taskIds": .array(held.map { .int(Int64($0.id)) }),
+                "expiringTaskIds": .array(held.filter { $0.state == .expiring }.map { .int(Int64($0.id)) }),
             ], continues: true)
         case "BeginTask":
             let parameters = try Parameters(call.parameters, allowed: ["name", "expirationHandler"])
@@ -151,7 +155,7 @@ extension Daemon {
         let resolved: ProcessResolver.Resolved
         switch target {
         case let .pid(pid):
-            resolved = try resolver.resolve(pid: pid)
+            resolved = try resolver.resolve(pid: pid) { model.isApp($0) }
         case let .unit(name):
             let path = try unitPath(named: name)
             if let app = model.app(unit: path), let uid = model.owner(of: app) {

@@ -23,6 +23,7 @@ extension Daemon {
         guard !pids.isEmpty else { return }
         let name = Isolation.scopeName(pid: app.pid)
         let slice: String? = if case let .system(slice) = isolation { slice } else { nil }
+        writeState()  // the app is on disk before its process is moved
         manager.startScope(name, pids: pids, slice: slice, description: "bgtaskd app \(app.pid)") { [unowned self] error in
             if let error {
                 log(.warning, "App \(app) not moved into a scope of its own (\(name)): \(error)")

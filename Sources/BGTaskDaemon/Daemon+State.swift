@@ -19,8 +19,12 @@ extension Daemon {
             else { return process }
             return ProcessIdentity(pid: process.pid, startTime: process.startTime, inode: pidfd.inode)
         }
-        model.restore(saved, at: now, effects: &effects)
-        rematchPolicies()  // not saved: matched again, from the live processes
+        // Policies are not saved: matched again, from the live processes, before the timers
+        // are armed (a policy's ExpirationWarningSec sets the warning's instant).
+        model.restore(saved, at: now, policy: { [policies] app in
+            policies.policies.isEmpty ? nil : policies.policy(for: self.facts(pid: app.identity.pid, uid: app.uid, unit: app.unit))
+        }, effects: &effects)
+        rematchPolicies()
         _ = model.takeChanges()
         _ = model.takeQuotaChanges()
         writeState()
@@ -55,8 +59,10 @@ extension Daemon {
     }
 
     /// Writes what the model changed since the last call; rewrites the whole file once the
-    /// log has grown well past it.
+    /// log has grown well past it. Called before every process action and at the end of
+    /// every pass; with nothing to write it costs nothing.
     func writeState() {
+        guard model.hasUnsavedChanges || stateFile.hasPendingRecords || !stateFile.isOpen || !stateWritable else { return }
         stateFile.record(model.takeChanges(), nextTaskID: model.nextTaskIdentifier)
         stateFile.record(quota: model.takeQuotaChanges())
         do {

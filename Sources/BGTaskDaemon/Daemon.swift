@@ -45,9 +45,14 @@ public final class Daemon {
     var nextRewriteAttempt: Int64 = 0
     var rewriteDelay: Int64 = 0
     var sources: [EventSource] = []
+    /// The clients' connections and the watched processes' pidfds: whatever is ready is
+    /// handled in one pass, and committed once (`IOGroup`).
+    var clients: IOGroup!
     var timer: EventSource!
 
     var connections: [ConnectionID: Connection] = [:]
+    /// Connections with output queued or events to update in this pass (`commit`).
+    var touched: [Connection] = []
     var connectionsPerUID: [UInt32: Int] = [:]
     var nextConnectionID: UInt64 = 1
 
@@ -87,6 +92,7 @@ public final class Daemon {
         self.access = AccessPolicy(managerGID: Self.groupID(configuration.managerGroup))
 
         try listener.setNonBlocking()
+        clients = try IOGroup(loop: loop) { [unowned self] in self.pass { _ in self.clients.dispatchReady() } }
         sources.append(try loop.addIO(listener.rawValue, events: IOEvents.readable) { [unowned self] _ in
             self.pass { _ in self.acceptConnections() }
         })
@@ -149,18 +155,29 @@ public final class Daemon {
     /// timer at the next deadline and keep `STATUS=` current.
     func pass(_ body: (Instant) -> Void) {
         let now = self.now
-        advanceModel(to: now)
+        // Many timers due at once (a thousand apps backgrounded together expire together) are
+        // fired a slice at a time, each slice's events sent before the next: the first apps
+        // warned do not wait for the last.
+        while !advanceModel(to: now, limit: Self.timersPerSlice) { _ = commit() }
         body(now)
-        endPass(at: now)
+        var resumable: [Connection]
+        repeat {
+            endPass(at: now)
+            resumable = commit()
+        } while resumable.reduce(false, { processInput($1) || $0 })
     }
 
     /// The end of a pass: settle what is due now, arm the timer, keep `STATUS=` current.
     func endPass(at now: Instant) {
-        if let next = model.nextDeadline(), next <= now { advanceModel(to: now) }
+        var next = model.nextDeadline()
+        if let due = next, due <= now {
+            while !advanceModel(to: now, limit: Self.timersPerSlice) { _ = commit() }
+            next = model.nextDeadline()
+        }
         // Re-arm only for an earlier deadline: firing early costs one idle pass, while moving
         // the timer on every call (the oldest task changes with each EndTask) costs a
         // timerfd_settime per call.
-        if let next = model.nextDeadline()?.nanoseconds, next < (timerArmedAt ?? .max) {
+        if let next = next?.nanoseconds, next < (timerArmedAt ?? .max) {
             timer.arm(at: next)
             timerArmedAt = next
         }
@@ -172,10 +189,16 @@ public final class Daemon {
         }
     }
 
-    func advanceModel(to now: Instant) {
+    /// Timers fired between two commits (`pass`).
+    static let timersPerSlice = 16
+
+    /// Fires what is due at `now` (at most `limit` timers); returns whether all was.
+    @discardableResult
+    func advanceModel(to now: Instant, limit: Int = .max) -> Bool {
         var effects: [Effect] = []
-        model.advance(to: now, effects: &effects)
+        let caughtUp = model.advance(to: now, limit: limit, effects: &effects)
         carryOut(effects)
+        return caughtUp
     }
 
     func stop() {

@@ -86,13 +86,14 @@ public struct DaemonOptions: Sendable {
 
     /// Where policy files live (DESIGN.md §2b): `policy.d/` beside `--config FILE`; else
     /// `/etc/bgtaskd/policy.d` for the system daemon, `$XDG_CONFIG_HOME/bgtaskd/policy.d` for a
-    /// per-user one (not root).
+    /// per-user one. Per-user: not root, and in a user's session (`$XDG_RUNTIME_DIR`, which a
+    /// user manager and a login set; the system unit's transient user has none).
     public var policyDirectory: String {
         if let configFile {
             let directory = configFile.split(separator: "/", omittingEmptySubsequences: false).dropLast().joined(separator: "/")
             return (directory.isEmpty ? "." : directory) + "/policy.d"
         }
-        guard Host.effectiveUID != 0 else { return "/etc/bgtaskd/policy.d" }
+        guard Host.effectiveUID != 0, Host.environment("XDG_RUNTIME_DIR") != nil else { return "/etc/bgtaskd/policy.d" }
         let config = Host.environment("XDG_CONFIG_HOME").flatMap { $0.hasPrefix("/") ? $0 : nil }
             ?? (Host.environment("HOME") ?? "/") + "/.config"
         return config + "/bgtaskd/policy.d"

@@ -26,8 +26,13 @@ final class Enforcer {
 
     /// How long the kernel gets to report `frozen 1` before falling back to signals.
     static let freezeBound: Int64 = 200_000_000
-    /// How often signal-suspended apps are checked for a stray `SIGCONT`.
+    /// How often signal-suspended apps are checked for a stray `SIGCONT`: a whole sweep every
+    /// 250 ms, a few apps per timer wake-up (each check walks the app's tree), at most one
+    /// wake-up every 10 ms; with many apps suspended the sweep takes longer (10,000 apps:
+    /// 25 s), so the check never costs a timer's lateness more than a few apps' walks.
     static let stopCheckInterval: Int64 = 250_000_000
+    static let appsPerStopCheck = 4
+    static let minimumStopCheckSpacing: Int64 = 10_000_000
     /// Passes over a tree while stopping it; each pass catches children forked meanwhile.
     static let maximumStopPasses = 16
 
@@ -51,6 +56,10 @@ final class Enforcer {
     var excluded: Set<Int32> = []
     var timer: EventSource!
     var nextStopCheck: Int64?
+    /// The apps suspended with signals (kept with `suspended`, so arming costs no scan).
+    private var signalSuspended: Set<ProcessIdentity> = []
+    /// Signal-suspended apps still to be checked in this sweep.
+    private var sweep: [ProcessIdentity] = []
 
     init(loop: EventLoop, root: @escaping (ProcessIdentity) -> Pidfd?, tracked: @escaping (ProcessIdentity) -> [Pidfd],
          log: @escaping (LogEntry.Priority, String) -> Void) throws(Errno) {
@@ -86,13 +95,14 @@ final class Enforcer {
                 }
             }
         }
-        stopTree(app, uid: uid)
-        suspended[app] = (.signals, command, uid)
+        stopTree(app, uid: uid, first: tree)
+        note(app, (.signals, command, uid))
         armTimer()
     }
 
     func resume(_ app: ProcessIdentity, uid: UInt32) {
-        let record = suspended.removeValue(forKey: app)
+        let record = suspended[app]
+        note(app, nil)
         if let pending = pendingFreezes.removeValue(forKey: app) {
             try? pending.cgroup.setFrozen(false)
         }
@@ -111,7 +121,7 @@ final class Enforcer {
         defer { reportExcluded(app, command: command, action: "terminated") }
         let cgroup = suspended[app].flatMap { if case let .freezer(c) = $0.method { c } else { nil } }
             ?? (try? ownCgroup(of: app, uid: uid, tree: members(of: app, uid: uid)).get())
-        suspended[app] = nil
+        note(app, nil)
         pendingFreezes[app] = nil
         if let cgroup {
             try? cgroup.setFrozen(false)
@@ -150,7 +160,7 @@ final class Enforcer {
         if case let .freezer(cgroup)? = suspended[app]?.method { try? cgroup.setFrozen(false) }
         if let pending = pendingFreezes[app] { try? pending.cgroup.setFrozen(false) }
         units[app] = nil
-        suspended[app] = nil
+        note(app, nil)
         pendingFreezes[app] = nil
         armTimer()
     }
@@ -211,7 +221,7 @@ final class Enforcer {
     func freeze(_ app: ProcessIdentity, uid: UInt32, command: String, cgroup: Cgroup) {
         do {
             try cgroup.setFrozen(true)
-            suspended[app] = (.freezer(cgroup), command, uid)
+            note(app, (.freezer(cgroup), command, uid))
             if try cgroup.isFrozen() { return }
             // The kernel freezes asynchronously: watch cgroup.events until frozen or the bound.
             let events = try cgroup.openEvents()
@@ -225,7 +235,7 @@ final class Enforcer {
             log(.notice, "App \(app) (\(command)) cannot be frozen: \(error); suspending with SIGSTOP")
             try? cgroup.setFrozen(false)
             stopTree(app, uid: uid)
-            suspended[app] = (.signals, command, uid)
+            note(app, (.signals, command, uid))
             armTimer()
         }
     }
@@ -274,12 +284,16 @@ final class Enforcer {
 
     /// Stops every process of the app, pass after pass until no new one appears (a stopped
     /// process cannot fork); returns the pidfds of the processes stopped.
+    /// `first`: the members just read, if the caller has them (saves a walk).
     @discardableResult
-    func stopTree(_ app: ProcessIdentity, uid: UInt32) -> [Pidfd] {
+    func stopTree(_ app: ProcessIdentity, uid: UInt32, first: [Pidfd]? = nil) -> [Pidfd] {
         var stopped: [Int32: Pidfd] = [:]
+        var next = first
         for _ in 0..<Self.maximumStopPasses {
             var found = false
-            for pidfd in members(of: app, uid: uid) where stopped[pidfd.pid] == nil {
+            let members = next ?? members(of: app, uid: uid)
+            next = nil
+            for pidfd in members where stopped[pidfd.pid] == nil {
                 try? pidfd.send(signal: Signal.stop)
                 stopped[pidfd.pid] = pidfd
                 found = true
@@ -297,6 +311,12 @@ final class Enforcer {
         ((try? cgroup.processes()) ?? []).compactMap { pid in pid == ownPID ? nil : try? Pidfd.open(pid: pid) }
     }
 
+    /// Notes how `app` is suspended (`nil`: it is not).
+    private func note(_ app: ProcessIdentity, _ record: (method: Method, command: String, uid: UInt32)?) {
+        suspended[app] = record
+        if record?.method == .signals { signalSuspended.insert(app) } else { signalSuspended.remove(app) }
+    }
+
     // MARK: Timer
 
     /// Fallbacks for freezes not confirmed in time, and re-stopping of signal-suspended apps
@@ -309,10 +329,13 @@ final class Enforcer {
             log(.notice, "App \(app) (\(pending.command)): \(pending.cgroup.directory) not frozen within \(Self.freezeBound / 1_000_000)ms; suspending with SIGSTOP")
             try? pending.cgroup.setFrozen(false)
             stopTree(app, uid: pending.uid)
-            suspended[app] = (.signals, pending.command, pending.uid)
+            note(app, (.signals, pending.command, pending.uid))
         }
         if let due = nextStopCheck, now >= due {
-            for (app, record) in suspended where record.method == .signals {
+            if sweep.isEmpty { sweep = Array(signalSuspended) }
+            for _ in 0..<Self.appsPerStopCheck {
+                guard let app = sweep.popLast() else { break }
+                guard let record = suspended[app], record.method == .signals else { continue }
                 let running = members(of: app, uid: record.uid).compactMap { try? ProcStat.read(pid: $0.pid) }
                     .filter { !["T", "t", "Z", "X"].contains($0.state) }
                 guard let first = running.first else { continue }
@@ -329,8 +352,11 @@ final class Enforcer {
     /// when there is nothing to watch, so an idle daemon does not wake.
     func armTimer() {
         let now = loop.now
-        if suspended.values.contains(where: { $0.method == .signals }) {
-            if nextStopCheck == nil { nextStopCheck = now + Self.stopCheckInterval }
+        if !signalSuspended.isEmpty {
+            let checks = Int64((signalSuspended.count + Self.appsPerStopCheck - 1) / Self.appsPerStopCheck)
+            if nextStopCheck == nil {
+                nextStopCheck = now + max(Self.minimumStopCheckSpacing, Self.stopCheckInterval / checks)
+            }
         } else {
             nextStopCheck = nil
         }

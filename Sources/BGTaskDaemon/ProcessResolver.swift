@@ -28,21 +28,23 @@ struct ProcessResolver {
         return try describe(pidfd, uid: connection.credentials.uid)
     }
 
-    /// The process with `pid`, named by a manager.
-    func resolve(pid: Int32) throws(BGTaskError) -> Resolved {
+    /// The process with `pid`, named by a manager. `isApp` says whether an identity is a
+    /// registered process app already: then its ancestors are not walked (nothing above an
+    /// app can contain it).
+    func resolve(pid: Int32, isApp: (ProcessIdentity) -> Bool = { _ in false }) throws(BGTaskError) -> Resolved {
         guard pid > 1 else { throw .invalidParameter("pid \(pid) cannot be managed") }
         let pidfd: Pidfd
         do { pidfd = try Pidfd.open(pid: pid) } catch { throw refusal(pid, error) }
         let uid: UInt32
         do { uid = try ProcStatus.effectiveUID(pid: pid) } catch { throw refusal(pid, error) }
-        return try describe(pidfd, uid: uid)
+        return try describe(pidfd, uid: uid, isApp: isApp)
     }
 
     private func refusal(_ pid: Int32, _ error: Errno) -> BGTaskError {
         error.isNoSuchProcess ? .noSuchApp(pid) : .invalidParameter("pid \(pid): \(error)")
     }
 
-    private func describe(_ pidfd: Pidfd, uid: UInt32) throws(BGTaskError) -> Resolved {
+    private func describe(_ pidfd: Pidfd, uid: UInt32, isApp: (ProcessIdentity) -> Bool = { _ in false }) throws(BGTaskError) -> Resolved {
         let pid = pidfd.pid
         guard pid > 1 else { throw .invalidParameter("pid \(pid) cannot be managed") }
         guard pid != ownPID else { throw .invalidParameter("pid \(pid) is bgtaskd itself") }
@@ -57,7 +59,7 @@ struct ProcessResolver {
         // in every table, event and log line.
         let unit = Cgroup.of(pid: pid).flatMap { AppUnit.of(cgroupPath: $0.path, daemonUnit: ownUnit) }
         let description = ProcessDescription(identity: identity, uid: uid, command: stat.command.cEscaped,
-                                             ancestors: ancestors(of: stat, uid: uid), unit: unit)
+                                             ancestors: isApp(identity) ? [] : ancestors(of: stat, uid: uid), unit: unit)
         return Resolved(description: description, pidfd: pidfd)
     }
 

@@ -6,7 +6,9 @@ import Varlink
 /// `bgtaskd.state` in `$RUNTIME_DIRECTORY`, else in the socket's directory (DESIGN.md §5).
 ///
 /// A log of JSON lines, one per change, appended before the change is carried out; read
-/// back by applying the lines in order. When the log has grown well past the state it
+/// back by applying the lines in order. Appending is a copy into a shared mapping of the
+/// file (`MappedLog`): no system call per change, and durable against a crash of the
+/// daemon the moment it is copied. When the log has grown well past the state it
 /// describes it is rewritten whole (to a new file, renamed over the old one). No fsync: the
 /// directory is a tmpfs under /run, and deadlines mean nothing after a reboot anyway (the
 /// first line names the boot where `/proc/sys` is visible; a file from another boot is
@@ -23,12 +25,11 @@ final class StateFile {
 
     let directory: StateDirectory
     var path: String { directory.path + "/" + Self.fileName }
-    private var log = FileDescriptor(-1)
+    private var log: MappedLog?
     private var linesSinceRewrite = 0
+    /// Lines recorded and not yet in the log. A failed append (a full disk) leaves them all
+    /// here: the log never holds half a line followed by another line.
     private var pending: [UInt8] = []
-    /// How much of `pending` is already in the file: a write cut short (a full disk) goes on
-    /// from there, so the log never holds half a line followed by another line.
-    private var pendingWritten = 0
     /// The next task id written: no id at or past it has been given out.
     private var lastNextTaskID = 0
     static let taskIDBlock = 1024
@@ -125,7 +126,10 @@ final class StateFile {
     // MARK: Writing
 
     /// Whether the log is open: false until this daemon's first rewrite succeeds.
-    var isOpen: Bool { log.rawValue >= 0 }
+    var isOpen: Bool { log != nil }
+
+    /// Whether something recorded is still to be flushed.
+    var hasPendingRecords: Bool { !pending.isEmpty }
 
     /// Notes the model's changes (and new history entries); `flush()` writes them.
     func record(_ changes: (processes: [SavedProcessChange], tasks: [SavedTaskChange]), nextTaskID: TaskID) {
@@ -219,16 +223,12 @@ final class StateFile {
         linesSinceRewrite += 1
     }
 
-    /// Writes what was recorded, in one `write` (or, after a short write, from where it
-    /// stopped). True if the log should now be rewritten. On failure nothing recorded is
-    /// lost: the next call writes it.
+    /// Appends what was recorded to the log, whole or not at all. True if the log should
+    /// now be rewritten. On failure nothing recorded is lost: the next call appends it.
     func flush(liveRecords: Int) throws(Errno) -> Bool {
-        guard !pending.isEmpty else { return false }
-        while pendingWritten < pending.count {
-            pendingWritten += try log.write(pending[pendingWritten...])
-        }
+        guard !pending.isEmpty, let log else { return false }
+        try pending.withUnsafeBytes { bytes in Result { () throws(Errno) in try log.append(bytes) } }.get()
         pending.removeAll(keepingCapacity: pending.count < 1 << 20)
-        pendingWritten = 0
         return linesSinceRewrite > max(4096, 4 * liveRecords)
     }
 
@@ -248,16 +248,20 @@ final class StateFile {
         lastNextTaskID = max(lastNextTaskID, state.nextTaskID)
         append("nextTaskId", .int(Int64(lastNextTaskID)))
         let whole = pending
+        let file: FileDescriptor
         do {
-            log = try directory.replace(Self.fileName, with: whole)
+            file = try directory.replace(Self.fileName, with: whole)
         } catch {
             pending = unwritten
             linesSinceRewrite = unwrittenLines
             throw error
         }
+        // The new file holds everything; the old log is gone. If the new one cannot be
+        // mapped (no room reserved past it), it is not open, and the next write rewrites.
         pending.removeAll()
-        pendingWritten = 0
         linesSinceRewrite = 0
+        log = nil
+        log = try MappedLog(file: file, length: whole.count)
     }
 
     // MARK: Encoding

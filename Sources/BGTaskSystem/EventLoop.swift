@@ -92,14 +92,32 @@ public final class EventLoop {
 public final class EventSource {
     let handler: (UInt32) -> Void
     var source: OpaquePointer?
+    /// A member of an `IOGroup` instead of an sd-event source of its own.
+    private let group: IOGroup?
+    private let id: UInt64
+    private let fd: Int32
 
-    init(handler: @escaping (UInt32) -> Void) { self.handler = handler }
+    init(handler: @escaping (UInt32) -> Void) {
+        self.handler = handler
+        group = nil
+        id = 0
+        fd = -1
+    }
 
-    deinit { sd_event_source_disable_unref(source) }
+    init(group: IOGroup, id: UInt64, fd: Int32) {
+        handler = { _ in }
+        self.group = group
+        self.id = id
+        self.fd = fd
+    }
+
+    deinit {
+        if let group { group.remove(id: id, fd: fd) } else { sd_event_source_disable_unref(source) }
+    }
 
     /// Changes the `EPOLL*` events an I/O source waits for. `sd_event_source_set_io_events(3)`
     public func setIOEvents(_ events: UInt32) {
-        sd_event_source_set_io_events(source, events)
+        if let group { group.modify(id: id, fd: fd, events: events) } else { sd_event_source_set_io_events(source, events) }
     }
 
     /// Arms a timer to fire once at `monotonicNanoseconds` (rounded up to the microsecond, so
@@ -112,6 +130,71 @@ public final class EventSource {
         let usec = UInt64(max(0, (ns + 999) / 1000))
         sd_event_source_set_time(source, usec)
         sd_event_source_set_enabled(source, Int32(SD_EVENT_ONESHOT))
+    }
+}
+
+/// Many descriptors behind one sd-event source: an epoll instance of their own, read in
+/// batches. sd-event dispatches one source per iteration and asks epoll again before each,
+/// so N descriptors ready at once cost O(N²) (10,000 apps exiting together kept the daemon
+/// busy for seconds); a group hands everything ready to one dispatch, so its owner can also
+/// finish the work of all of them together (the daemon's group commit).
+public final class IOGroup {
+    private let epoll: FileDescriptor
+    private var source: EventSource?
+    private var handlers: [UInt64: (UInt32) -> Void] = [:]
+    private var nextID: UInt64 = 1
+    private var ready = [epoll_event](repeating: epoll_event(), count: 256)
+    /// The most handled in one dispatch, so one burst does not hold the loop: the rest are
+    /// still ready, and the loop comes back to them after its other sources.
+    static let maximumPerDispatch = 1024
+
+    /// `onReady` runs when members are ready; it calls `dispatchReady()`, around whatever
+    /// must happen before and after the members' handlers.
+    public init(loop: EventLoop, _ onReady: @escaping () -> Void) throws(Errno) {
+        epoll = FileDescriptor(try systemCall("epoll_create1") { epoll_create1(Int32(EPOLL_CLOEXEC)) })
+        source = try loop.addIO(epoll.rawValue, events: IOEvents.readable) { _ in onReady() }
+    }
+
+    /// Calls `handler` with the `EPOLL*` events whenever `fd` is ready for `events`, from
+    /// `dispatchReady()`. The member leaves the group when the returned source goes away,
+    /// which must happen before `fd` is closed. `epoll_ctl(2)`
+    public func add(_ fd: Int32, events: UInt32, _ handler: @escaping (UInt32) -> Void) throws(Errno) -> EventSource {
+        let id = nextID
+        nextID += 1
+        var event = epoll_event()
+        event.events = events
+        event.data.u64 = id
+        let group = epoll.rawValue
+        try systemCall("epoll_ctl(ADD, \(fd))") { epoll_ctl(group, EPOLL_CTL_ADD, fd, &event) }
+        handlers[id] = handler
+        return EventSource(group: self, id: id, fd: fd)
+    }
+
+    func modify(id: UInt64, fd: Int32, events: UInt32) {
+        var event = epoll_event()
+        event.events = events
+        event.data.u64 = id
+        epoll_ctl(epoll.rawValue, EPOLL_CTL_MOD, fd, &event)
+    }
+
+    func remove(id: UInt64, fd: Int32) {
+        handlers[id] = nil
+        epoll_ctl(epoll.rawValue, EPOLL_CTL_DEL, fd, nil)
+    }
+
+    /// Runs the handler of every member ready now (up to `maximumPerDispatch`). A member
+    /// removed by an earlier handler in the same batch is skipped.
+    public func dispatchReady() {
+        var handled = 0
+        while handled < Self.maximumPerDispatch {
+            let count = Int(epoll_wait(epoll.rawValue, &ready, Int32(ready.count), 0))
+            guard count > 0 else { return }
+            for index in 0..<count {
+                if let handler = handlers[ready[index].data.u64] { handler(ready[index].events) }
+            }
+            handled += count
+            if count < ready.count { return }
+        }
     }
 }
 

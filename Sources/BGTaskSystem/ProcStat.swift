@@ -24,16 +24,42 @@ public struct ProcStat: Equatable, Sendable {
     }
 
     /// Parses the text of `/proc/PID/stat`; the command may hold spaces and parentheses.
+    /// Read on every call that names a process: bytes in, no intermediate strings.
     public static func parse(_ bytes: [UInt8]) -> ProcStat? {
         guard let open = bytes.firstIndex(of: UInt8(ascii: "(")),
-              let close = bytes.lastIndex(of: UInt8(ascii: ")")), open < close else { return nil }
-        guard let pid = Int32(String(decoding: bytes[..<open], as: UTF8.self).filter { $0 != " " }) else { return nil }
+              let close = bytes.lastIndex(of: UInt8(ascii: ")")), open < close,
+              let pid = number(bytes[..<open].filter { $0 != UInt8(ascii: " ") }[...]).map(Int32.init(truncatingIfNeeded:))
+        else { return nil }
         let command = String(decoding: bytes[(open + 1)..<close], as: UTF8.self)
-        let fields = bytes[(close + 1)...].split(separator: UInt8(ascii: " ")).map { String(decoding: $0, as: UTF8.self) }
-        // fields[0] is field 3 of proc(5).
-        guard fields.count > 19, let state = fields[0].first, let parent = Int32(fields[1]),
-              let flags = UInt64(fields[6]), let start = UInt64(fields[19]) else { return nil }
-        return ProcStat(pid: pid, command: command, state: state, parentPID: parent, flags: flags, startTime: start)
+        // Fields 3 onwards of proc(5), each ended by a space (or the end).
+        var fields: [ArraySlice<UInt8>] = []
+        fields.reserveCapacity(20)
+        var start = close + 2
+        var index = start
+        while index <= bytes.count, fields.count < 20 {
+            if index == bytes.count || bytes[index] == UInt8(ascii: " ") || bytes[index] == UInt8(ascii: "\n") {
+                fields.append(bytes[start..<index])
+                start = index + 1
+            }
+            index += 1
+        }
+        guard fields.count == 20, fields[0].count == 1, let parent = number(fields[1]), let flags = number(fields[6]),
+              let startTime = number(fields[19]) else { return nil }
+        return ProcStat(pid: pid, command: command, state: Character(Unicode.Scalar(fields[0].first!)),
+                        parentPID: Int32(truncatingIfNeeded: parent), flags: flags, startTime: startTime)
+    }
+
+    /// An unsigned decimal field.
+    static func number(_ digits: ArraySlice<UInt8>) -> UInt64? {
+        guard !digits.isEmpty, digits.count <= 20 else { return nil }
+        var value: UInt64 = 0
+        for digit in digits {
+            guard digit >= UInt8(ascii: "0"), digit <= UInt8(ascii: "9") else { return nil }
+            let (times, overflow) = value.multipliedReportingOverflow(by: 10)
+            guard !overflow else { return nil }
+            value = times &+ UInt64(digit - UInt8(ascii: "0"))
+        }
+        return value
     }
 }
 
@@ -61,12 +87,24 @@ public struct ProcessUIDs: Equatable, Sendable {
 public enum ProcStatus {
     /// The real, effective and saved uids of `pid`.
     public static func uids(pid: Int32) throws(Errno) -> ProcessUIDs {
-        let text = String(decoding: try readFile("/proc/\(pid)/status"), as: UTF8.self)
-        for line in text.split(separator: "\n") where line.hasPrefix("Uid:") {
-            let ids = line.dropFirst(4).split(whereSeparator: { $0 == "\t" || $0 == " " }).compactMap { UInt32($0) }
-            if ids.count >= 3 { return ProcessUIDs(real: ids[0], effective: ids[1], saved: ids[2]) }
+        let bytes = try readFile("/proc/\(pid)/status")
+        guard let ids = parseUIDs(bytes) else { throw Errno(EINVAL, "parse /proc/\(pid)/status") }
+        return ids
+    }
+
+    /// The `Uid:` line of a status text (real, effective, saved, filesystem).
+    static func parseUIDs(_ bytes: [UInt8]) -> ProcessUIDs? {
+        let key = Array("\nUid:".utf8)
+        guard var index = bytes.firstRange(of: key)?.upperBound else { return nil }
+        var ids: [UInt32] = []
+        while ids.count < 3, index < bytes.count, bytes[index] != UInt8(ascii: "\n") {
+            while index < bytes.count, bytes[index] == UInt8(ascii: "\t") || bytes[index] == UInt8(ascii: " ") { index += 1 }
+            let start = index
+            while index < bytes.count, bytes[index] >= UInt8(ascii: "0"), bytes[index] <= UInt8(ascii: "9") { index += 1 }
+            guard let id = ProcStat.number(bytes[start..<index]), id <= UInt64(UInt32.max) else { return nil }
+            ids.append(UInt32(id))
         }
-        throw Errno(EINVAL, "parse /proc/\(pid)/status")
+        return ids.count == 3 ? ProcessUIDs(real: ids[0], effective: ids[1], saved: ids[2]) : nil
     }
 
     /// The effective uid of `pid`.

@@ -82,8 +82,8 @@ public final class StateDirectory {
     }
 
     /// Reads the regular file `name` line by line, holding at most `maximumLineBytes` of a
-    /// line at a time, and at most `maximumBytes` in all. Returns false if there is no such
-    /// file.
+    /// line at a time, and at most `maximumBytes` in all. The text ends at the first NUL (a
+    /// `MappedLog` reserves room ahead, as zeros). Returns false if there is no such file.
     public func readLines(_ name: String, maximumLineBytes: Int, maximumBytes: Int,
                           _ body: (Line) -> Void) throws(Errno) -> Bool {
         let fd = openat(directory.rawValue, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
@@ -99,9 +99,11 @@ public final class StateDirectory {
         var skipping = false
         var total = 0
         while total < maximumBytes {
-            let chunk = try file.read(upTo: min(65536, maximumBytes - total))
+            var chunk = try file.read(upTo: min(65536, maximumBytes - total))
+            let end = chunk.firstIndex(of: 0)
+            if let end { chunk.removeSubrange(end...) }
             if chunk.isEmpty { break }
-            total += chunk.count
+            total += end == nil ? chunk.count : maximumBytes
             var start = chunk.startIndex
             while let newline = chunk[start...].firstIndex(of: UInt8(ascii: "\n")) {
                 if skipping || line.count + (newline - start) > maximumLineBytes {
@@ -130,13 +132,13 @@ public final class StateDirectory {
 
     /// Writes `contents` to a new file that then replaces `name` (created with `O_EXCL`, so
     /// nothing planted under the temporary name is ever written through), and returns it
-    /// open for appending. `openat(2)`, `renameat(2)`
+    /// open for reading and writing (to be mapped: `MappedLog`). `openat(2)`, `renameat(2)`
     public func replace(_ name: String, with contents: [UInt8]) throws(Errno) -> FileDescriptor {
         let temporary = name + ".new"
         let dir = directory.rawValue
         unlinkat(dir, temporary, 0)
         let file = FileDescriptor(try systemCall("open(\(path)/\(temporary))") {
-            openat(dir, temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_APPEND | O_CLOEXEC, 0o600)
+            openat(dir, temporary, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
         })
         do {
             try file.writeAll(contents)

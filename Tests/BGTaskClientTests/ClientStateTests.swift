@@ -165,9 +165,25 @@ import Varlink
         #expect(state.backgroundTimeRemaining(at: 3 * Self.second) == 10)
     }
 
+    /// The daemon restarted and warned the app's task meanwhile: the warning is not sent
+    /// again, but `subscribed` names the task, and its handler runs then, once.
+    @Test func aWarningMissedWhileAwayRunsTheHandlerOnResubscribing() {
+        var state = subscribed()
+        _ = state.begun(1, name: "a", handler: "h1")
+        _ = state.receive(.taskGranted(1), at: 0)
+        _ = state.lost(at: Self.second)
+        var effects = state.receive(.subscribed(state: "background", remaining: 2, held: [1], expiring: [1]), at: 2 * Self.second)
+        #expect(effects == [.expire("h1", .backgroundTimeExpiring(remaining: 2))])
+        effects = state.receive(.subscribed(state: "background", remaining: 1, held: [1], expiring: [1]), at: 3 * Self.second)
+        #expect(effects.isEmpty, "the handler ran already")
+        #expect(state.end(1) == .send)
+    }
+
     @Test func aSubscribeReplyParsesIntoItsEvent() {
         #expect(DaemonEvent(["event": "subscribed", "state": "background", "backgroundTimeRemaining": .double(3.5),
                              "taskIds": .array([1, 2])]) == .subscribed(state: "background", remaining: 3.5, held: [1, 2]))
+        #expect(DaemonEvent(["event": "subscribed", "state": "background", "taskIds": .array([1, 2]), "expiringTaskIds": .array([2])])
+            == .subscribed(state: "background", remaining: nil, held: [1, 2], expiring: [2]))
         #expect(DaemonEvent(["event": "taskDenied", "taskId": 5, "reason": "limit"]) == .taskDenied(5, reason: "limit"))
         #expect(DaemonEvent(["event": "taskGranted"]) == nil)  // no id
         #expect(DaemonEvent(["event": "somethingNew"]) == nil)

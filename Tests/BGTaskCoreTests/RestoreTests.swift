@@ -37,6 +37,27 @@ import Testing
         return (h, apps)
     }
 
+    /// An app whose policy warns 2 s before its deadline (the configuration says 5 s) is
+    /// warned 2 s before it after a restart too: its policy is matched before its timers
+    /// are armed.
+    @Test func aRestoredAppIsWarnedAsItsPolicySays() throws {
+        let policy = try PolicySet(files: [(path: "p.policy", text: "[Match]\nUser=*\n[Policy]\nExpirationWarningSec=2s\n")],
+                                   base: Configuration()).policies[0]
+        var h = ModelHarness()
+        let app = try h.app(pid: 100)
+        h.model.setPolicy(policy, quotaKey: nil, of: app, at: h.now)
+        try h.begin(app)
+        h.at(1)
+        try h.background(app)  // deadline at 31 s, warning at 29 s
+        var restored = ModelHarness()
+        restored.model.restore(h.model.savedState(), at: .seconds(2), policy: { _ in policy }, effects: &restored.effects)
+        _ = restored.take()
+        restored.at(28.9)
+        #expect(restored.take().isEmpty)
+        restored.at(29)
+        #expect(restored.take().contains { if case let .taskChanged(task) = $0 { task.state == .expiring } else { false } })
+    }
+
     @Test func changesAddUpToTheWholeState() throws {
         var (h, apps) = try Self.everyState()
         var saved = SavedState()
