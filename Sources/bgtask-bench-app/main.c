@@ -1,18 +1,27 @@
 /*
  * bgtask-bench-app: the smallest possible app, for the benchmark's 10,000 apps.
  *
- *   bgtask-bench-app SOCKET TASKS [subscribe]
+ *   bgtask-bench-app SOCKET TASKS [subscribe|hold]
+ *   bgtask-bench-app --signal SIGNAL PIDFILE
  *
  * Begins TASKS background tasks (pipelined BeginTask calls, no "more", so they outlive the
  * connection), closes that connection, optionally keeps a Subscribe stream open (and never
  * finishes a transition), writes "ok PID\n" to stdout, then waits for stdin to close and
- * exits. Written in C so that 10,000 of them fit in little memory.
+ * exits. With "hold" it also begins one task with "more" and keeps its stream: the moment
+ * the task is expiring it closes the stream, ending the task, as an expiration handler
+ * does. Written in C so that 10,000 of them fit in little memory.
+ *
+ * --signal is the baseline of the burst benchmarks: it opens a pidfd for every pid in
+ * PIDFILE, writes "ready\n", waits for a byte on stdin, then sends SIGNAL through each.
  */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -48,9 +57,30 @@ static int read_replies(int fd, int count) {
     return 0;
 }
 
+/* The baseline: a plain loop of pidfd_send_signal over pidfds opened beforehand. */
+static int signal_all(int signal, const char *path) {
+    FILE *file = fopen(path, "re");
+    if (!file) { perror("fopen"); return 1; }
+    static int pidfds[65536];
+    int count = 0, pid;
+    while (count < 65536 && fscanf(file, "%d", &pid) == 1) {
+        if (pid <= 1) continue;  /* never pid 1, 0 or -1 */
+        int fd = (int)syscall(SYS_pidfd_open, pid, 0);
+        if (fd < 0) { perror("pidfd_open"); return 1; }
+        pidfds[count++] = fd;
+    }
+    fclose(file);
+    write_all(1, "ready\n", 6);
+    char go;
+    if (read(0, &go, 1) != 1) return 1;
+    for (int i = 0; i < count; i++) syscall(SYS_pidfd_send_signal, pidfds[i], signal, NULL, 0);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 4 && strcmp(argv[1], "--signal") == 0) return signal_all(atoi(argv[2]), argv[3]);
     if (argc < 3) {
-        fprintf(stderr, "usage: bgtask-bench-app SOCKET TASKS [subscribe]\n");
+        fprintf(stderr, "usage: bgtask-bench-app SOCKET TASKS [subscribe|hold]\n       bgtask-bench-app --signal SIGNAL PIDFILE\n");
         return 2;
     }
     int tasks = atoi(argv[2]);
@@ -70,10 +100,33 @@ int main(int argc, char **argv) {
         if (subscription < 0 || write_all(subscription, subscribe, sizeof(subscribe)) < 0 ||
             read_replies(subscription, 1) < 0) { fprintf(stderr, "Subscribe failed\n"); return 1; }
     }
+    int held = -1;
+    if (argc > 3 && strcmp(argv[3], "hold") == 0) {
+        static const char begin[] =
+            "{\"method\":\"io.bgtaskd.App.BeginTask\",\"parameters\":{\"name\":\"held\",\"expirationHandler\":true},\"more\":true}";
+        held = connect_to(argv[1]);
+        if (held < 0 || write_all(held, begin, sizeof(begin)) < 0 || read_replies(held, 1) < 0) {
+            fprintf(stderr, "BeginTask (held) failed\n");
+            return 1;
+        }
+    }
     char line[32];
     int length = snprintf(line, sizeof(line), "ok %d\n", (int)getpid());
     write_all(1, line, (size_t)length);
-    char byte;
-    while (read(0, &byte, 1) > 0) {}
-    return 0;
+    struct pollfd fds[2] = {{.fd = 0, .events = POLLIN}, {.fd = held, .events = POLLIN}};
+    for (;;) {
+        if (poll(fds, held >= 0 ? 2 : 1, -1) < 0) continue;  /* EINTR: stopped and continued */
+        char buffer[4096];
+        if (fds[0].revents) {
+            if (read(0, buffer, sizeof(buffer)) <= 0) return 0;
+        }
+        if (held >= 0 && fds[1].revents) {
+            ssize_t n = read(held, buffer, sizeof(buffer));
+            /* The expiration handler: end the task (close its stream), nothing else. */
+            if (n <= 0 || memmem(buffer, (size_t)n, "\"expiring\"", 10)) {
+                close(held);
+                held = -1;
+            }
+        }
+    }
 }

@@ -93,9 +93,14 @@ final class Child {
     }
 
     /// Resident memory in bytes (`VmRSS`).
-    var residentBytes: Int {
+    var residentBytes: Int { status("VmRSS:") }
+
+    /// Resident shared memory in bytes (`RssShmem`): the daemon's mapped state log.
+    var sharedMemoryBytes: Int { status("RssShmem:") }
+
+    private func status(_ field: String) -> Int {
         let text = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? ""
-        let line = text.split(separator: "\n").first { $0.hasPrefix("VmRSS:") } ?? ""
+        let line = text.split(separator: "\n").first { $0.hasPrefix(field) } ?? ""
         return (Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0) * 1024
     }
 
@@ -127,8 +132,9 @@ final class BenchDaemon {
         let notify = try UnixSocket.bindDatagram(path: directory + "/notify")
         let arguments = [binaryDirectory + "/bgtaskd", "--socket", socketPath] + settings.flatMap { ["--set", $0] }
         let started = now()
+        // The log stays in the directory while the daemon runs; BGTASKD_BENCH_LOG keeps a copy.
         child = try Child(arguments, environment: ["NOTIFY_SOCKET=\(directory)/notify", "PATH=/usr/bin:/bin"],
-                          stderr: .file("/dev/null"))
+                          stderr: .file(ProcessInfo.processInfo.environment["BGTASKD_BENCH_LOG"] ?? "/dev/null"))
         var ready = false
         while !ready {
             guard try notify.waitReadable(timeoutMilliseconds: 10_000) else { throw ClientError(.timedOut, "no READY=1") }
@@ -157,14 +163,26 @@ enum EchoServer {
             let accept = try loop.addIO(listener.rawValue, events: IOEvents.readable) { _ in
                 while let socket = try? UnixSocket.accept(listener) {
                     let fd = socket.rawValue
-                    var framer = VarlinkFramer(maximumMessageBytes: 1 << 20)
+                    var framer = VarlinkFramer(maximumMessageBytes: 1 << 30)
                     guard let source = try? loop.addIO(fd, events: IOEvents.readable, { _ in
                         guard let bytes = try? socket.readAvailable(upTo: 65536) else { return }
                         if bytes.isEmpty { connections[fd] = nil; return }
                         framer.append(bytes)
                         var out: [UInt8] = []
                         while let message = try? framer.next() { out += message; out.append(0) }
-                        try? socket.writeAll(out)
+                        // Echoed whole, waiting for room when a large message fills the socket.
+                        var rest = out[...]
+                        while !rest.isEmpty {
+                            do {
+                                if let written = try socket.writeAvailable(rest) {
+                                    rest = rest.dropFirst(written)
+                                } else {
+                                    _ = try socket.waitWritable(timeoutMilliseconds: 10_000)
+                                }
+                            } catch {
+                                break
+                            }
+                        }
                     }) else { continue }
                     connections[fd] = (socket, source)
                 }
@@ -191,4 +209,108 @@ func sleepUntil(_ deadline: Int64) {
     guard left > 0 else { return }
     var pause = timespec(tv_sec: Int(left / 1_000_000_000), tv_nsec: Int(left % 1_000_000_000))
     nanosleep(&pause, nil)
+}
+
+/// The benchmark's tiny C apps against one daemon: spawned in bulk, each reporting in with
+/// "ok PID"; closing their shared stdin ends them all.
+final class BenchApps {
+    let socket: String
+    private let stdinRead: FileDescriptor, stdinWrite: FileDescriptor
+    private let stdoutRead: FileDescriptor, stdoutWrite: FileDescriptor
+    private var buffered: [UInt8] = []
+    private(set) var pids: [Int32] = []
+
+    init(socket: String) throws {
+        self.socket = socket
+        (stdinRead, stdinWrite) = try Subprocess.pipe()
+        (stdoutRead, stdoutWrite) = try Subprocess.pipe()
+        try stdoutRead.setNonBlocking()
+    }
+
+    /// Spawns `count` apps, each beginning `tasks` tasks (and `mode`: subscribe or hold), and
+    /// waits until each reported in; returns their pids.
+    func spawn(_ count: Int, tasks: Int, mode: String? = nil) throws -> [Int32] {
+        var spawned: [Int32] = []
+        var ready = 0
+        func drain() throws {
+            while let chunk = try stdoutRead.readAvailable(upTo: 65536), !chunk.isEmpty {
+                buffered += chunk
+                while let newline = buffered.firstIndex(of: 10) {
+                    if buffered[..<newline].starts(with: Array("ok ".utf8)) { ready += 1 }
+                    buffered.removeSubrange(...newline)
+                }
+            }
+        }
+        for _ in 0..<count {
+            let arguments = [binaryDirectory + "/bgtask-bench-app", socket, String(tasks)] + (mode.map { [$0] } ?? [])
+            spawned.append(try Subprocess.spawn(arguments, stdin: .descriptor(stdinRead.rawValue),
+                                                stdout: .descriptor(stdoutWrite.rawValue), stderr: .file("/dev/null")).pid)
+            if spawned.count % 200 == 0 { try drain() }
+        }
+        let deadline = now() + 300_000_000_000
+        pids += spawned
+        while ready < count, now() < deadline {
+            if try !stdoutRead.waitReadable(timeoutMilliseconds: 1000) {
+                // Quiet for a second: an app that exited will never report in.
+                let exited = spawned.filter { pid in
+                    var info = siginfo_t()
+                    return waitid(P_PID, id_t(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info._sifields._sigchld.si_pid == pid
+                }
+                if !exited.isEmpty { throw ClientError(.callFailed, "\(exited.count) of \(count) apps exited before reporting in") }
+            }
+            try drain()
+        }
+        if ready < count { throw ClientError(.timedOut, "only \(ready) of \(count) apps reported in") }
+        return spawned
+    }
+
+    /// Every app sees EOF and exits (stopped ones are continued first: they cannot read it).
+    func end() {
+        for pid in pids where pid > 1 {
+            if let pidfd = try? Pidfd.open(pid: pid) { try? pidfd.send(signal: SIGCONT) }
+        }
+        stdinWrite.close()
+        for pid in pids { _ = try? Subprocess.wait(pid: pid, block: true) }
+        pids = []
+    }
+}
+
+/// A `Monitor` stream read on its own thread: (event, pid, when received) per event; task
+/// changes are named "task:" + the task's new state.
+final class MonitorRecorder {
+    let events = Locked<[(String, Int64, Int64)]>([])
+    private let connection: VarlinkConnection
+
+    init(_ path: String) throws {
+        connection = try VarlinkConnection(path: path)
+        try connection.send(VarlinkCall(method: "io.bgtaskd.Manager.Monitor", more: true))
+        let handoff = Handoff(connection)
+        let events = self.events
+        Thread {
+            while let reply = try? handoff.value.receive() {
+                let received = now()
+                let parameters = reply.parameters
+                let name = parameters["event"]?.stringValue ?? ""
+                let pid = parameters["task"]?["appPid"]?.intValue ?? parameters["entry"]?["pid"]?.intValue
+                    ?? parameters["pid"]?.intValue ?? 0
+                let state = parameters["task"]?["state"]?.stringValue
+                events.withLock { $0.append((state.map { "task:" + $0 } ?? name, pid, received)) }
+            }
+        }.start()
+    }
+
+    /// Ends the stream (the reading thread sees the connection shut down).
+    func stop() { shutdown(connection.fileDescriptor, Int32(SHUT_RDWR)) }
+}
+
+/// Targets: each figure with its target, PASS or MISS, kept for bench-results.json.
+@MainActor var targets: [JSON] = []
+
+/// "×1.23 (target ≤ 1.5) PASS" for a ratio, or "0.8 (target < 1) PASS" for a value.
+@MainActor func check(_ value: Double, _ relation: String, _ target: Double, key: String, ratio: Bool = true) -> String {
+    let pass = relation == "≤" ? value <= target : relation == "<" ? value < target : relation == "≥" ? value >= target : value > target
+    targets.append(.object(["measure": .string(key), "value": .double(value), "relation": .string(relation),
+                            "target": .double(target), "pass": .bool(pass)]))
+    let shown = ratio ? "×\(format(value, 2))" : format(value, 3)
+    return "\(shown) (target \(relation) \(format(target, 2))) \(pass ? "PASS" : "MISS")"
 }

@@ -1,0 +1,217 @@
+// Bursts: 10,000 apps sent to the background at once, and 10,000 deadlines falling together,
+// each against a C loop signalling the same processes through pidfds, in the same run.
+import BGTaskClient
+import BGTaskSystem
+import Foundation
+import Varlink
+
+/// The moments children stop or continue, from `waitid(P_PID, WSTOPPED | WCONTINUED)`:
+/// when the kernel has stopped an app, without reading /proc. The benchmark is every app's
+/// parent. (Not `P_ALL`: the kernel walks every child for each call, which for 10,000
+/// children cost more than the stopping measured.)
+enum ChildEvents {
+    /// Waits until every one of `pids` has stopped (`continued`: continued); returns when
+    /// each was seen to. Sweeps the ones still running (each look is O(1) in the kernel),
+    /// resting 100 µs after a sweep that found nothing. Gives up (and ends the benchmark,
+    /// saying why, killing the apps) after `seconds`.
+    static func await(_ pids: [Int32], continued: Bool = false, seconds: Double = 60) -> [Int32: Int64] {
+        var seen: [Int32: Int64] = [:]
+        var pending = pids
+        let code = continued ? Int32(CLD_CONTINUED) : Int32(CLD_STOPPED)
+        let giveUp = now() + Int64(seconds * 1e9)
+        while !pending.isEmpty {
+            var still: [Int32] = []
+            still.reserveCapacity(pending.count)
+            for pid in pending {
+                var info = siginfo_t()
+                if waitid(P_PID, id_t(pid), &info, (continued ? WCONTINUED : WSTOPPED) | WNOHANG) == 0,
+                   info._sifields._sigchld.si_pid == pid, info.si_code == code {
+                    seen[pid] = now()
+                } else {
+                    still.append(pid)
+                }
+            }
+            if still.count == pending.count {
+                if now() > giveUp {
+                    say("bench: \(pending.count) of \(pids.count) apps not \(continued ? "continued" : "stopped") within \(seconds)s")
+                    for pid in pids where pid > 1 {  // the apps are ours, unreaped: their pids are theirs
+                        if let pidfd = try? Pidfd.open(pid: pid) { try? pidfd.send(signal: SIGKILL) }
+                    }
+                    exit(1)
+                }
+                sleepUntil(now() + 100_000)  // nothing new: let the daemon and the apps run
+            }
+            pending = still
+        }
+        return seen
+    }
+}
+
+/// Calls sent down one connection without waiting for replies, which another thread reads
+/// (and timestamps) as they come: what a manager does when a session locks.
+struct Pipeline {
+    /// When the first byte was written.
+    var start: Int64 = 0
+    /// When each reply arrived, in call order.
+    var replies: [Int64] = []
+    var errors = 0
+
+    init(_ path: String, _ frames: [[UInt8]]) throws {
+        let socket = try UnixSocket.connect(path: path)
+        let arrivals = Locked<(times: [Int64], errors: Int)>(([], 0))
+        let finished = DispatchSemaphore(value: 0)
+        let expected = frames.count
+        let reader = Thread {
+            var framer = VarlinkFramer(maximumMessageBytes: 1 << 20)
+            var times: [Int64] = []
+            var errors = 0
+            times.reserveCapacity(expected)
+            while times.count < expected, let bytes = try? socket.read(upTo: 1 << 16), !bytes.isEmpty {
+                let received = now()
+                framer.append(bytes)
+                while let message = try? framer.next() {
+                    times.append(received)
+                    if message.starts(with: Array("{\"error\"".utf8)) { errors += 1 }
+                }
+            }
+            arrivals.withLock { $0 = (times, errors) }
+            finished.signal()
+        }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(frames.reduce(0) { $0 + $1.count })
+        for frame in frames { bytes += frame }
+        reader.start()
+        start = now()
+        try socket.writeAll(bytes)
+        finished.wait()
+        (replies, errors) = arrivals.withLock { $0 }
+        if replies.count < expected { throw ClientError(.protocolError, "pipeline: \(replies.count) of \(expected) replies") }
+    }
+}
+
+/// The baseline: `bgtask-bench-app --signal` opens a pidfd per pid, then (timed from the
+/// go byte) sends `signal` through each in a plain C loop.
+@MainActor func signalLoop(_ pids: [Int32], signal: Int32) throws -> (start: Int64, process: Child) {
+    let file = NSTemporaryDirectory() + "bgtaskd-bench-pids-\(getpid())"
+    try pids.map(String.init).joined(separator: "\n").write(toFile: file, atomically: true, encoding: .utf8)
+    defer { unlink(file) }
+    let (goRead, goWrite) = try Subprocess.pipe()
+    let (readyRead, readyWrite) = try Subprocess.pipe()
+    let child = try Child([binaryDirectory + "/bgtask-bench-app", "--signal", String(signal), file],
+                          stdin: .descriptor(goRead.rawValue), stdout: .descriptor(readyWrite.rawValue))
+    goRead.close()
+    readyWrite.close()
+    guard try readyRead.waitReadable(timeoutMilliseconds: 30_000), !(try readyRead.read(upTo: 16)).isEmpty else {
+        throw ClientError(.timedOut, "the signal loop did not open its pidfds")
+    }
+    let start = now()
+    try goWrite.writeAll([1])
+    return (start, child)
+}
+
+func frames(_ method: String, _ pids: [Int32], _ parameters: [String: JSON]) -> [[UInt8]] {
+    pids.map { pid in
+        var all = parameters
+        all["pid"] = .int(Int64(pid))
+        return VarlinkCall(method: "io.bgtaskd.Manager.\(method)", parameters: all).json.varlinkFrame
+    }
+}
+
+/// The two bursts, on one population of apps that each hold a task on a stream and end it
+/// when it expires (the C app's "hold" mode).
+@MainActor func bursts(count requested: Int) throws {
+    // Each app keeps a connection, and the daemon a pidfd for it: two descriptors per app,
+    // under the hard RLIMIT_NOFILE that only CAP_SYS_RESOURCE can raise (20,000 on these
+    // machines, so 9,872 apps at most here).
+    var limit = rlimit()
+    getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit)
+    let count = min(requested, (Int(clamping: limit.rlim_max) - 256) / 2)
+    if count < requested { say("bursts: \(count) apps, not \(requested): the descriptor limit is \(limit.rlim_max)") }
+    // Warned 4 s after the burst, with 6 s left to end their tasks: every app ends its task
+    // before its deadline even when the daemon takes seconds for 10,000 of them.
+    let budget: Int64 = 10_000_000_000, warning: Int64 = 6_000_000_000
+    let daemon = try BenchDaemon(["GrantLatencyMinSec=0", "GrantLatencyMaxSec=0", "BackgroundTimeSec=10s", "ExpirationWarningSec=6s",
+                                  "TransitionTimeoutSec=1h", "TaskAgeWarningSec=1h", "MaxApps=100000", "SuspendMode=signal",
+                                  "MaxConnectionsPerUser=16384"])
+    let apps = try BenchApps(socket: daemon.socketPath)
+    // The daemon goes first (stopping, it resumes every app it suspended), then the apps.
+    defer {
+        daemon.stop()
+        apps.end()
+    }
+    let pids = try apps.spawn(count, tasks: 0, mode: "hold")
+    let monitor = try MonitorRecorder(daemon.socketPath)
+    // Registering 10,000 apps leaves the daemon work (grants, process events) for a moment
+    // after the last app reported in: the bursts start from an idle daemon.
+    _ = try daemon.manager("GetStatus")
+    Thread.sleep(forTimeInterval: 0.5)
+
+    // 1. Deadlines falling together: every app backgrounded in one burst, so their
+    // warnings come due within the burst's span; each app ends its task when warned and is
+    // suspended at once.
+    let background = try Pipeline(daemon.socketPath, frames("SetAppState", pids, ["state": "background"]))
+    let stops = ChildEvents.await(pids)
+    // The daemon handles a pipelined burst a batch per pass, every call of a batch at the
+    // pass's instant; the first batch (a few hundred calls) at the instant it read the first
+    // call, which is no earlier than when it was sent. So the first 100 warnings are due at
+    // that instant + budget − warning, and measuring from the send over-states their lateness
+    // by the daemon's wake-up, never under-states it. The last warning is due no later than
+    // the last reply's arrival + budget − warning.
+    let firstDue = background.start + budget - warning
+    let lastDue = background.replies.max()! + budget - warning
+    let warned = monitor.events.withLock { $0 }.filter { $0.0 == "task:expiring" }
+    var warnedAt: [Int32: Int64] = [:]
+    for (_, pid, received) in warned where warnedAt[Int32(pid)] == nil { warnedAt[Int32(pid)] = received }
+    let firstLateness = Summary(pids.prefix(100).compactMap { pid in warnedAt[pid].map { Double($0 - firstDue) / 1e6 } })
+    let lastStop = stops.values.max()!
+    if ProcessInfo.processInfo.environment["BENCH_DEBUG"] != nil {
+        let times = warned.map { Double($0.2 - firstDue) / 1e6 }.sorted()
+        say("debug: first reply +\(Double(background.replies.min()! - background.start) / 1e6) ms; warnings \(times.count), first +\(times.first ?? -1), 100th +\(times.count > 99 ? times[99] : -1), last +\(times.last ?? -1)")
+        let events = monitor.events.withLock { $0 }
+        say("debug: events \(events.count): " + Dictionary(grouping: events, by: { $0.0 }).map { "\($0.key)=\($0.value.count)" }.joined(separator: " "))
+    }
+    monitor.stop()
+
+    // 2. Back to the foreground in one burst; then the baseline stops and continues them.
+    let foreground = try Pipeline(daemon.socketPath, frames("SetAppState", pids, ["state": "foreground"]))
+    let continues = ChildEvents.await(pids, continued: true)
+    let stopLoop = try signalLoop(pids, signal: SIGSTOP)
+    let baselineStops = ChildEvents.await(pids)
+    stopLoop.process.stop()
+    let continueLoop = try signalLoop(pids, signal: SIGCONT)
+    let baselineContinues = ChildEvents.await(pids, continued: true)
+    continueLoop.process.stop()
+    let baselineStop = Double(baselineStops.values.max()! - stopLoop.start) / 1e6
+    let baselineContinue = Double(baselineContinues.values.max()! - continueLoop.start) / 1e6
+
+    // 3. Sent to the background in one burst: idle now, each is suspended at once.
+    let second = try Pipeline(daemon.socketPath, frames("SetAppState", pids, ["state": "background"]))
+    let burstStops = ChildEvents.await(pids)
+    let resumed = try Pipeline(daemon.socketPath, frames("SetAppState", pids, ["state": "foreground"]))
+    let burstContinues = ChildEvents.await(pids, continued: true)
+
+    let backgroundMs = Double(burstStops.values.max()! - second.start) / 1e6
+    let foregroundMs = Double(burstContinues.values.max()! - resumed.start) / 1e6
+    let deadlineMs = Double(lastStop - firstDue) / 1e6
+    let spreadMs = Double(lastDue - firstDue) / 1e6
+    let resumeMs = Double(continues.values.max()! - foreground.start) / 1e6
+    let errors = background.errors + foreground.errors + second.errors + resumed.errors
+    if errors > 0 { say("bench: \(errors) SetAppState calls of the bursts failed") }
+    results["bursts"] = .object([
+        "apps": .int(Int64(count)), "baselineStopMilliseconds": .double(baselineStop),
+        "baselineContinueMilliseconds": .double(baselineContinue),
+        "backgroundMilliseconds": .double(backgroundMs), "foregroundMilliseconds": .double(foregroundMs),
+        "deadlinesMilliseconds": .double(deadlineMs), "deadlineSpreadMilliseconds": .double(spreadMs),
+        "resumeAfterDeadlinesMilliseconds": .double(resumeMs),
+        "firstWarningsLatenessMilliseconds": firstLateness.json, "errors": .int(Int64(errors)),
+    ])
+    row("burst: \(count) apps backgrounded, last stopped (ms)", format(backgroundMs, 1), "C SIGSTOP loop \(format(baselineStop, 1))",
+        check(backgroundMs / baselineStop, "≤", 3, key: "burstBackground"))
+    row("burst: \(count) apps foregrounded, last continued (ms)", format(foregroundMs, 1), "C SIGCONT loop \(format(baselineContinue, 1))",
+        "×\(format(foregroundMs / baselineContinue, 2))")
+    row("burst: \(count) deadlines, first due to last stopped (ms)", format(deadlineMs, 1),
+        "C SIGSTOP loop \(format(baselineStop, 1))", check(deadlineMs / baselineStop, "≤", 3, key: "burstDeadlines")
+            + " (due over \(format(spreadMs, 1)) ms)")
+    row("burst: lateness of the first 100 warnings, from the send (ms)", "\(firstLateness)", "n=\(firstLateness.count)",
+        check(firstLateness.p99, "<", 1, key: "burstWarningLateness", ratio: false))
+}

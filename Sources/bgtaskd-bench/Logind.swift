@@ -1,0 +1,36 @@
+// The peer, side by side: logind's inhibitor locks against bgtaskd's tasks, both in the same
+// systemd 252 container, everything pinned to one CPU (scripts/bench-logind).
+import BGTaskSystem
+import Foundation
+import Varlink
+
+@MainActor func logindComparison(pairs: Int) throws {
+    let count = min(pairs, 5000)
+    guard getuid() == 0, access("/usr/bin/systemd-nspawn", X_OK) == 0 else {
+        say("logind comparison skipped: it boots systemd in systemd-nspawn, which needs root and systemd-container")
+        results["logind"] = .object(["skipped": .string("needs root and systemd-nspawn")])
+        return
+    }
+    let out = NSTemporaryDirectory() + "bgtaskd-bench-logind-\(getpid())"
+    defer { try? FileManager.default.removeItem(atPath: out) }
+    // The repository the binaries were built in: .build/<triple>/release is below it.
+    var root = URL(fileURLWithPath: binaryDirectory).resolvingSymlinksInPath()
+    while root.path != "/", !FileManager.default.fileExists(atPath: root.appendingPathComponent("Package.swift").path) {
+        root.deleteLastPathComponent()
+    }
+    let script = root.appendingPathComponent("scripts/bench-logind").path
+    let child = try Child(["/bin/bash", script, String(count), out], stdout: .file("/dev/null"))
+    let status = try Subprocess.wait(pid: child.pid) ?? -1
+    func samples(_ name: String) -> [Double] {
+        ((try? String(contentsOfFile: out + "/" + name, encoding: .utf8)) ?? "").split(separator: "\n").compactMap { Double($0) }
+    }
+    let ours = Summary(samples("bgtaskd")), theirs = Summary(samples("logind"))
+    guard status == 0, ours.count > 0, theirs.count > 0 else {
+        say("logind comparison failed: scripts/bench-logind exited \(Subprocess.exitCode(status))")
+        results["logind"] = .object(["failed": .string("scripts/bench-logind exited \(Subprocess.exitCode(status))")])
+        return
+    }
+    results["logind"] = .object(["bgtaskd": ours.json, "logind": theirs.json, "speedupP50": .double(theirs.p50 / ours.p50)])
+    row("in nspawn, pinned: bgtaskd Begin+End (µs)", "\(ours)", "logind Inhibit+close+call \(theirs)",
+        "faster at p50 " + check(theirs.p50 / ours.p50, "≥", 15, key: "logindSpeedupP50"))
+}
