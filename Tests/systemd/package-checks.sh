@@ -1,0 +1,67 @@
+#!/bin/bash
+# Runs inside the container of package-test.sh, as root under systemd 252.
+out=/out/results
+: > "$out"
+ok() { echo "ok $1" >> "$out"; }
+fail() { echo "fail $1: $2" >> "$out"; }
+check() { local name=$1; shift; if "$@" >/tmp/check.log 2>&1; then ok "$name"; else fail "$name" "$(tail -3 /tmp/check.log | tr '\n' ' ')"; fi; }
+# Waits up to $1 tenths of a second for "$2..." to succeed.
+within() { local n=$1; shift; for _ in $(seq "$n"); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done; "$@"; }
+
+export DEBIAN_FRONTEND=noninteractive
+# The host is a Docker-built image whose policy-rc.d forbids starting services; the
+# container is a real machine here, as a user's would be.
+rm -f /usr/sbin/policy-rc.d
+check install dpkg -i /debs/bgtaskd_*.deb /debs/libbgtask0_*.deb /debs/libbgtask-dev_*.deb
+check socket-enabled systemctl is-enabled bgtaskd.socket
+check socket-listening within 50 systemctl is-active bgtaskd.socket
+check socket-file test -S /run/bgtaskd/io.bgtaskd
+check daemon-not-yet-started sh -c '! systemctl is-active -q bgtaskd.service'
+check status-starts-daemon bgtaskctl status
+check daemon-started within 50 systemctl is-active bgtaskd.service
+check config-is-conffile sh -c 'dpkg-query -W -f="\${Conffiles}" bgtaskd | grep -q /etc/bgtaskd/bgtaskd.conf'
+check manpage test -e /usr/share/man/man8/bgtaskd.8.gz
+check completion test -e /usr/share/bash-completion/completions/bgtaskctl
+
+# The C example, built against the installed libbgtask-dev, through its whole cycle.
+cd /tmp
+check example-builds sh -c 'cc -o bgtask-example /pkgtest/bgtask-example.c $(pkg-config --cflags --libs bgtask)'
+export BGTASKD_SOCKET=/run/bgtaskd/io.bgtaskd
+# In a scope of its own: started from this oneshot unit, it would otherwise share the
+# unit's cgroup, and the unit (this script too) would be the app.
+systemd-run --scope --quiet --collect --unit=bgtask-example ./bgtask-example > example.log 2>&1 &
+app=$!
+check example-registered within 50 grep -q "running in the foreground" example.log
+# A short budget for root's apps (this one only, here), suspended with SIGSTOP so /proc shows
+# it (State T; the freezer would leave it sleeping in a frozen cgroup): a policy. (Executable= would need
+# CAP_SYS_PTRACE to read another user's /proc/PID/exe, which the shipped unit does not hold.)
+mkdir -p /etc/bgtaskd/policy.d
+printf '[Match]\nUser=root\n[Policy]\nBackgroundTimeSec=8s\nExpirationWarningSec=2s\nSuspendMode=signal\n' > /etc/bgtaskd/policy.d/50-example.policy
+check reload systemctl reload bgtaskd.service
+check background bgtaskctl background "$app"
+check example-began within 50 grep -q "began background task" example.log
+# Upgrade in the middle of the task: the daemon is restarted and keeps it.
+before=$(systemctl show -P MainPID bgtaskd.service)
+check upgrade dpkg -i /debs/bgtaskd_*.deb
+after=$(systemctl show -P MainPID bgtaskd.service)
+if [ -n "$after" ] && [ "$after" != 0 ] && [ "$after" != "$before" ]; then ok daemon-restarted-on-upgrade; else fail daemon-restarted-on-upgrade "MainPID $before -> $after"; fi
+check task-survives-upgrade within 30 sh -c "bgtaskctl tasks $app | grep -q upload"
+check example-expired within 150 grep -q "expiration handler" example.log
+# Ending its last task suspends the app at once (its end's reply waits for the foreground).
+check example-suspended within 50 sh -c "grep -q '^State:.*T' /proc/$app/status"
+check foreground bgtaskctl foreground "$app"
+check example-ended within 30 grep -q "ended task 1: ok" example.log
+if [ "$(grep -c 'expiration handler' example.log)" = 1 ]; then ok handler-ran-once; else fail handler-ran-once "$(grep -c 'expiration handler' example.log) times"; fi
+kill "$app" 2>/dev/null
+cp example.log /out/example.log
+journalctl -u bgtaskd --no-pager -o short-monotonic > /out/journal 2>&1
+rm -f /etc/bgtaskd/policy.d/50-example.policy
+
+check purge dpkg --purge bgtaskd libbgtask-dev libbgtask0
+check no-units sh -c '! ls /lib/systemd/system/bgtaskd.* /etc/systemd/system/sockets.target.wants/bgtaskd.socket 2>/dev/null'
+check no-socket-unit sh -c '! systemctl is-active -q bgtaskd.socket'
+check no-socket test ! -e /run/bgtaskd/io.bgtaskd
+check no-run-dir test ! -e /run/bgtaskd
+check no-config test ! -e /etc/bgtaskd/bgtaskd.conf
+check no-library test ! -e /usr/lib/x86_64-linux-gnu/libbgtask.so.0
+echo done >> "$out.done"
