@@ -203,19 +203,7 @@ final class StateFile {
         pending.append(contentsOf: UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
     }
 
-    private func number(_ value: Int64) {
-        if value < 0 { pending.append(UInt8(ascii: "-")) }
-        var magnitude = value.magnitude
-        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { digits in
-            var first = 20
-            repeat {
-                first -= 1
-                digits[first] = UInt8(ascii: "0") + UInt8(magnitude % 10)
-                magnitude /= 10
-            } while magnitude > 0
-            pending.append(contentsOf: UnsafeBufferPointer(rebasing: digits[first...]))
-        }
-    }
+    private func number(_ value: Int64) { JSON.writeInteger(value, to: &pending) }
 
     private func append(_ kind: String, _ value: JSON) {
         JSON.object([kind: value]).write(to: &pending)

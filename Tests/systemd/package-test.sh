@@ -14,19 +14,7 @@
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 debs=${1:-$repo/build/deb}
-work=$(mktemp -d /tmp/bgtaskd-pkgtest-XXXXXX)
-cgroup_root=$(awk '{ for (i = 7; i < NF; i++) if ($i == "-") { if ($(i + 1) == "cgroup2") print $5; break } }' \
-    /proc/self/mountinfo | head -1)$(sed -n 's/^0:://p' /proc/self/cgroup)
-cleanup() {
-    local payload=${cgroup_root%/}/payload
-    if [ -d "$payload" ]; then
-        find "$payload" -name cgroup.freeze -exec sh -c 'echo 0 > "$1"' _ {} \; 2>/dev/null || true
-        find "$payload" -mindepth 1 -name cgroup.kill -exec sh -c 'echo 1 > "$1"' _ {} \; 2>/dev/null || true
-        find "$payload" -mindepth 1 -depth -type d -exec rmdir {} \; 2>/dev/null || true
-    fi
-    rm -rf "$work"
-}
-trap cleanup EXIT
+. "$repo/Tests/systemd/container-lib.sh" bgtaskd-pkgtest
 ls "$debs"/bgtaskd_*.deb "$debs"/libbgtask0_*.deb "$debs"/libbgtask-dev_*.deb >/dev/null
 
 mkdir -p "$work/out" "$work/wants" "$work/pkgtest"

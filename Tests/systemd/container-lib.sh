@@ -1,0 +1,17 @@
+# Sourced by the container tests: a throw-away $work, and the cleanup of what a container
+# killed by its timeout leaves behind.
+work=$(mktemp -d "/tmp/$1-XXXXXX")
+# The container's cgroups live below ours, in payload/; if it is killed (the timeout), they
+# outlive it, and a frozen one would trap the next container's unit of the same name.
+cgroup_root=$(awk '{ for (i = 7; i < NF; i++) if ($i == "-") { if ($(i + 1) == "cgroup2") print $5; break } }' \
+    /proc/self/mountinfo | head -1)$(sed -n 's/^0:://p' /proc/self/cgroup)
+cleanup() {
+    local payload=${cgroup_root%/}/payload
+    if [ -d "$payload" ]; then
+        find "$payload" -name cgroup.freeze -exec sh -c 'echo 0 > "$1"' _ {} \; 2>/dev/null || true
+        find "$payload" -mindepth 1 -name cgroup.kill -exec sh -c 'echo 1 > "$1"' _ {} \; 2>/dev/null || true
+        find "$payload" -mindepth 1 -depth -type d -exec rmdir {} \; 2>/dev/null || true
+    fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
