@@ -49,11 +49,12 @@ release: deps
 # libbgtask.so.0 (only bgtask_* exported, at version LIBBGTASK_0), its header and bgtask.pc.
 lib: $(LIB_BUILD)/libbgtask.so.$(LIB_VERSION)
 
-$(LIB_BUILD)/libbgtask.so.$(LIB_VERSION): libbgtask/bgtask.c libbgtask/json.c libbgtask/json.h libbgtask/bgtask.h libbgtask/libbgtask.sym
+LIB_SOURCES := libbgtask/bgtask.c libbgtask/bgtask-io.c libbgtask/bgtask-state.c libbgtask/json.c
+$(LIB_BUILD)/libbgtask.so.$(LIB_VERSION): $(LIB_SOURCES) libbgtask/bgtask.h libbgtask/bgtask-internal.h libbgtask/json.h libbgtask/libbgtask.sym
 	mkdir -p $(LIB_BUILD)
 	$(CC) -std=c11 $(LIB_CFLAGS) $(CPPFLAGS) -fPIC -fvisibility=hidden -shared -Wl,-soname,$(LIB_SONAME) \
 		-Wl,--version-script=libbgtask/libbgtask.sym -Wl,-z,defs $(LIB_LDFLAGS) $(LDFLAGS) \
-		-o $@ libbgtask/bgtask.c libbgtask/json.c -lm
+		-o $@ $(LIB_SOURCES) -lm
 	ln -sf libbgtask.so.$(LIB_VERSION) $(LIB_BUILD)/$(LIB_SONAME)
 	ln -sf $(LIB_SONAME) $(LIB_BUILD)/libbgtask.so
 
