@@ -18,6 +18,20 @@
 
 /* ---- Tasks and handlers ---- */
 
+/* A task id from a number in a message: 0 (no task has it) unless a whole number in range.
+ * A daemon's numbers are not trusted to fit: converting one that does not is undefined. */
+static uint64_t id_of(const json_value *value) {
+    if (value->type != JSON_NUMBER || !(value->number >= 1 && value->number <= 9007199254740992.0)) return 0;
+    return value->number == floor(value->number) ? (uint64_t)value->number : 0;
+}
+
+/* Seconds from a message as nanoseconds, within [0, a day]: a window longer than that is
+ * not one bgtaskd gives, and the conversion must not overflow. */
+static uint64_t nanoseconds(double seconds) {
+    if (!(seconds > 0)) return 0;
+    return seconds > 86400 ? 86400 * NSEC_PER_SEC : (uint64_t)(seconds * 1e9);
+}
+
 task *find_task(bgtask_app *app, uint64_t id) {
     for (size_t i = 0; i < app->n_tasks; i++)
         if (app->tasks[i].id == id) return &app->tasks[i];
@@ -92,7 +106,7 @@ static void expire_orphans(bgtask_app *app, const json_value *held) {
         if (held) {
             t->orphaned = false;
             for (size_t j = 0; held->type == JSON_ARRAY && j < held->count; j++)
-                if (held->items[j].type == JSON_NUMBER && (uint64_t)held->items[j].number == t->id) kept = true;
+                if (id_of(&held->items[j]) == t->id) kept = true;
         }
         if (kept) {
             t->finished = false;  /* it goes on, even if its handler ran while bgtaskd was away */
@@ -208,7 +222,7 @@ static void receive(bgtask_app *app, const json_value *message, uint64_t now) {
          * once (a handler that ran already is gone from its task). */
         const json_value *expiring = json_get(parameters, "expiringTaskIds");
         for (size_t i = 0; expiring && expiring->type == JSON_ARRAY && i < expiring->count; i++)
-            if (expiring->items[i].type == JSON_NUMBER) apply_to_task(app, (uint64_t)expiring->items[i].number, "taskExpiring", NULL);
+            if (id_of(&expiring->items[i])) apply_to_task(app, id_of(&expiring->items[i]), "taskExpiring", NULL);
         size_t n = app->n_pending_ends;
         app->n_pending_ends = 0;
         for (size_t i = 0; i < n; i++) send_end(app, app->pending_ends[i]);
@@ -217,7 +231,7 @@ static void receive(bgtask_app *app, const json_value *message, uint64_t now) {
         json_get_number(parameters, "transitionTimeout", &timeout);
         app->state = BGTASK_STATE_BACKGROUND;
         set_remaining(app, parameters, now);
-        uint64_t window = timeout > 0 ? (uint64_t)(timeout * 1e9) : 0;
+        uint64_t window = nanoseconds(timeout);
         app->transition = true;
         app->transition_returned = false;
         app->transition_finish_by = now + (window > FINISH_MARGIN ? window - FINISH_MARGIN : 0);
@@ -236,7 +250,7 @@ static void receive(bgtask_app *app, const json_value *message, uint64_t now) {
     } else if (strcmp(event, "taskExpiring") == 0 || strcmp(event, "taskExpired") == 0) {
         if (strcmp(event, "taskExpiring") == 0) set_remaining(app, parameters, now);
         for (size_t i = 0; ids && ids->type == JSON_ARRAY && i < ids->count; i++)
-            if (ids->items[i].type == JSON_NUMBER) apply_to_task(app, (uint64_t)ids->items[i].number, event, NULL);
+            if (id_of(&ids->items[i])) apply_to_task(app, id_of(&ids->items[i]), event, NULL);
     } else if (strcmp(event, "didWake") == 0) {
         const char *reason = "";
         json_get_string(parameters, "reason", &reason);
@@ -246,7 +260,7 @@ static void receive(bgtask_app *app, const json_value *message, uint64_t now) {
         set_remaining(app, parameters, now);
         app->wake = app->has_remaining;  /* an exempt app has no window to finish */
         app->wake_completed = !app->did_wake;
-        uint64_t window = (uint64_t)(app->remaining * 1e9);
+        uint64_t window = nanoseconds(app->remaining);
         app->wake_finish_by = now + (window > FINISH_MARGIN ? window - FINISH_MARGIN : 0);
         if (app->did_wake) app->did_wake(app, reason, payload_text, app->wake_userdata);
         free(payload_text);

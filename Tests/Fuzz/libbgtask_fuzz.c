@@ -1,0 +1,74 @@
+/*
+ * libFuzzer target for libbgtask's side of the wire: whatever bytes arrive on the
+ * subscription (a daemon that is buggy, or not bgtaskd at all) are split into messages,
+ * parsed, and applied to an app holding three tasks, whose handlers end their tasks, as an
+ * app's would. Nothing may crash, leak or loop; every string the JSON reader returns must
+ * survive being written back as JSON; every handler runs at most once per task.
+ *
+ * Built by scripts/fuzz with clang -fsanitize=fuzzer,address (the library's own files are
+ * included, so their static functions are reachable).
+ */
+#include "../../libbgtask/bgtask-state.c"
+
+#include <assert.h>
+
+static int handled[4];
+
+static void expired(bgtask_app *app, uint64_t id, bgtask_expiration_reason reason, const char *detail, void *userdata) {
+    (void)reason;
+    (void)detail;
+    (void)userdata;
+    assert(id >= 1 && id <= 3);
+    handled[id]++;
+    assert(handled[id] == 1);  /* exactly once */
+    bgtask_end(app, id);       /* not connected: queued for the daemon's return, no I/O */
+}
+
+static void check_strings(const json_value *v) {
+    if (v->type == JSON_STRING) {
+        char *text = NULL;
+        size_t length = 0, capacity = 0;
+        assert(json_append_string(&text, &length, &capacity, v->string) == 0);
+        json_value back;
+        assert(json_parse(text, length, &back) == 0 && back.type == JSON_STRING && strcmp(back.string, v->string) == 0);
+        json_free(&back);
+        free(text);
+    }
+    for (size_t i = 0; i < v->count; i++) check_strings(&v->items[i]);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    bgtask_app *app = calloc(1, sizeof(*app));
+    app->n_ref = 1;
+    app->socket_path = strdup("/nonexistent/io.bgtaskd");
+    app->pending_ends = calloc(MAX_PENDING_ENDS, sizeof(uint64_t));
+    app->epoll_fd = app->timer_fd = app->subscription_fd = app->call_fd = app->send_fd = -1;
+    app->reconnect_delay = RECONNECT_FIRST;
+    app->connected = true;
+    app->tasks = calloc(8, sizeof(task));
+    app->tasks_capacity = 8;
+    for (uint64_t id = 1; id <= 3; id++) app->tasks[app->n_tasks++] = (task){.id = id, .handler = expired};
+    memset(handled, 0, sizeof(handled));
+
+    const char *text = (const char *)data;
+    size_t start = 0;
+    for (size_t i = 0; i <= size && app->n_ref; i++) {
+        if (i < size && text[i] != 0) continue;
+        json_value message;
+        if (json_parse(text + start, i - start, &message) == 0) {
+            check_strings(&message);
+            receive(app, &message, (uint64_t)i * 1000000);
+            json_free(&message);
+            run_expiries(app);
+            tick(app, (uint64_t)i * 1000000);
+            run_expiries(app);
+        }
+        start = i + 1;
+    }
+    uint64_t id;
+    assert(bgtask_begin(app, "x", expired, NULL, &id) < 0 || id > 0);
+    double left;
+    assert(bgtask_time_remaining(app, &left) == 0 && left >= 0);
+    bgtask_app_unref(app);
+    return 0;
+}
