@@ -44,6 +44,27 @@ struct SecurityEndToEndTests {
         #expect(try daemon.tasks().count == 4001)
     }
 
+    /// 2b: group commit. A pass handles everything that is ready and writes the replies at
+    /// its end: users pipelining thousands of calls they never read get at most a buffer of
+    /// replies held for each connection (the rest of their calls wait in their own sockets),
+    /// and root is answered meanwhile.
+    @Test func pipelinedCallsNeverReadAreHeldBackByTheirOwnReplies() throws {
+        let daemon = try TestDaemon()
+        let rssBefore = try residentKiB(daemon.process.pid)
+        let intruders = try (0..<4).map { _ in try Intruder(daemon) }
+        for intruder in intruders {
+            // ~4 KiB replies: 2,000 of them unread would be 8 MiB per user if buffered.
+            let call = "unread 2000 org.varlink.service.GetInterfaceDescription {\"interface\":\"io.bgtaskd.Manager\"}"
+            #expect(try intruder.run(call)["sent"] == 2000)
+        }
+        try waitUntil("root answered while the unread replies wait", timeout: 10) {
+            try daemon.manager("GetStatus")["connections"] == 5
+        }
+        #expect(try residentKiB(daemon.process.pid) < rssBefore + residentGrowthBoundKiB)
+        // Their replies were held back, not lost: each reads its first one, in order.
+        for intruder in intruders { #expect(try intruder.run("read")["parameters"]?["description"] != nil) }
+    }
+
     /// 3: per-user limits; root still acts when a user is at its limit; history shares.
     @Test func oneUserAtItsLimitsLocksNobodyOut() throws {
         let daemon = try TestDaemon(["MaxAppsPerUser=4", "MaxTasksPerUser=2"])
