@@ -90,7 +90,8 @@ struct bgtask_app {
 uint64_t now_ns(void);
 void close_fd(bgtask_app *app, int *fd);
 int watch(bgtask_app *app, int fd, uint32_t events, uint64_t token, int op);
-int connect_socket(const char *path, bool blocking);
+/* A non-blocking connection (a full backlog is -EAGAIN at once, not a wait). */
+int connect_socket(const char *path);
 int buffer_append(buffer *b, const char *data, size_t n);
 void buffer_consume(buffer *b, size_t n);
 int flush_out(int fd, buffer *b);

@@ -1,4 +1,4 @@
-/* libbgtask: sockets and calls. The caller's calls are a blocking round trip each on their
+/* libbgtask: sockets and calls. The caller's calls are a round trip each on their
  * own connection, bounded by the timeout; the library's own calls go out on another without
  * waiting, their replies read when they come (bgtask_app_process). */
 #define _GNU_SOURCE
@@ -35,11 +35,11 @@ int watch(bgtask_app *app, int fd, uint32_t events, uint64_t token, int op) {
     return epoll_ctl(app->epoll_fd, op, fd, &event) < 0 ? -errno : 0;
 }
 
-int connect_socket(const char *path, bool blocking) {
+int connect_socket(const char *path) {
     struct sockaddr_un address = {.sun_family = AF_UNIX};
     if (strlen(path) >= sizeof(address.sun_path)) return -ENAMETOOLONG;
     strcpy(address.sun_path, path);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | (blocking ? 0 : SOCK_NONBLOCK), 0);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) return -errno;
     if (connect(fd, (struct sockaddr *)&address, sizeof(address)) < 0) {
         int e = errno;
@@ -84,7 +84,7 @@ int read_available(int fd, buffer *b) {
 
 int send_call(bgtask_app *app, const char *method, const char *parameters) {
     if (app->send_fd < 0) {
-        int fd = connect_socket(app->socket_path, false);
+        int fd = connect_socket(app->socket_path);
         if (fd < 0) return fd;
         app->send_fd = fd;
         app->send_in.length = app->send_out.length = 0;
@@ -131,7 +131,7 @@ int call(bgtask_app *app, const char *method, const char *parameters, json_value
     app->last_error[0] = 0;
     if (!app->connected) return -ENOTCONN;
     if (app->call_fd < 0) {
-        int fd = connect_socket(app->socket_path, true);
+        int fd = connect_socket(app->socket_path);
         if (fd < 0) return fd;
         app->call_fd = fd;
     }
@@ -147,8 +147,16 @@ int call(bgtask_app *app, const char *method, const char *parameters, json_value
     buffer in = {0};
     for (size_t sent = 0; r == 0 && sent < length + 1;) {
         ssize_t n = send(app->call_fd, frame + sent, length + 1 - sent, MSG_NOSIGNAL);
-        if (n < 0 && errno != EINTR) r = -errno;
-        if (n > 0) sent += (size_t)n;
+        if (n > 0) {
+            sent += (size_t)n;
+        } else if (errno == EAGAIN) {  /* the daemon is not reading yet: wait, within the bound */
+            uint64_t now = now_ns();
+            struct pollfd p = {app->call_fd, POLLOUT, 0};
+            if (now >= deadline) r = -ETIMEDOUT;
+            else if (poll(&p, 1, (int)((deadline - now) / NSEC_PER_MSEC) + 1) < 0 && errno != EINTR) r = -errno;
+        } else if (errno != EINTR) {
+            r = -errno;
+        }
     }
     free(frame);
     char *nul = NULL;

@@ -141,7 +141,7 @@ void lost(bgtask_app *app, uint64_t now) {
 
 static void reconnect(bgtask_app *app, uint64_t now) {
     static const char subscribe[] = "{\"method\":\"io.bgtaskd.App.Subscribe\",\"more\":true}";
-    int fd = connect_socket(app->socket_path, false);
+    int fd = connect_socket(app->socket_path);
     if (fd >= 0 && send(fd, subscribe, sizeof(subscribe), MSG_NOSIGNAL) != (ssize_t)sizeof(subscribe)) {
         close(fd);
         fd = -1;

@@ -88,7 +88,7 @@ EXPORT int bgtask_app_new(bgtask_app **ret, const char *socket_path) {
     if (r < 0) goto fail;
     /* Subscribed before returning, so the first call finds the app known. */
     static const char subscribe[] = "{\"method\":\"io.bgtaskd.App.Subscribe\",\"more\":true}";
-    int fd = connect_socket(app->socket_path, false);
+    int fd = connect_socket(app->socket_path);
     if (fd < 0) { r = fd; goto fail; }
     app->subscription_fd = fd;
     if (send(fd, subscribe, sizeof(subscribe), MSG_NOSIGNAL) != (ssize_t)sizeof(subscribe)) { r = -errno; goto fail; }

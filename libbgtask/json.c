@@ -158,7 +158,7 @@ static int parse_value(parser *p, json_value *v, int depth) {
     } else if (c == '-' || (c >= '0' && c <= '9')) {
         char digits[64];
         size_t n = 0;
-        while (p->at < p->length && n < sizeof(digits) - 1 && strchr("+-.eE0123456789", p->text[p->at]))
+        while (p->at < p->length && n < sizeof(digits) - 1 && p->text[p->at] && strchr("+-.eE0123456789", p->text[p->at]))
             digits[n++] = p->text[p->at++];
         digits[n] = 0;
         char *end;

@@ -98,12 +98,15 @@ public final class StateDirectory {
         var line: [UInt8] = []
         var skipping = false
         var total = 0
-        while total < maximumBytes {
+        var ended = false  // a NUL: the text is over
+        while total < maximumBytes, !ended {
             var chunk = try file.read(upTo: min(65536, maximumBytes - total))
-            let end = chunk.firstIndex(of: 0)
-            if let end { chunk.removeSubrange(end...) }
+            if let end = chunk.firstIndex(of: 0) {
+                chunk.removeSubrange(end...)
+                ended = true
+            }
             if chunk.isEmpty { break }
-            total += end == nil ? chunk.count : maximumBytes
+            total += chunk.count
             var start = chunk.startIndex
             while let newline = chunk[start...].firstIndex(of: UInt8(ascii: "\n")) {
                 if skipping || line.count + (newline - start) > maximumLineBytes {

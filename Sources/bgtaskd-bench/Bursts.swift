@@ -92,9 +92,10 @@ struct Pipeline {
 /// The baseline: `bgtask-bench-app --signal` opens a pidfd per pid, then (timed from the
 /// go byte) sends `signal` through each in a plain C loop.
 @MainActor func signalLoop(_ pids: [Int32], signal: Int32) throws -> (start: Int64, process: Child) {
-    let file = NSTemporaryDirectory() + "bgtaskd-bench-pids-\(getpid())"
+    let directory = try makeTemporaryDirectory(NSTemporaryDirectory() + "bgtaskd-bench-pids")
+    let file = directory + "/pids"
     try pids.map(String.init).joined(separator: "\n").write(toFile: file, atomically: true, encoding: .utf8)
-    defer { unlink(file) }
+    defer { try? FileManager.default.removeItem(atPath: directory) }
     let (goRead, goWrite) = try Subprocess.pipe()
     let (readyRead, readyWrite) = try Subprocess.pipe()
     let child = try Child([binaryDirectory + "/bgtask-bench-app", "--signal", String(signal), file],

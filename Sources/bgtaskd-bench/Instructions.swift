@@ -17,8 +17,7 @@ let instructionsPerCallBefore = 68_250
         return
     }
     func total(pairs: Int) throws -> Int {
-        let directory = NSTemporaryDirectory() + "bgtaskd-bench-callgrind-\(getpid())-\(pairs)"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let directory = try makeTemporaryDirectory(NSTemporaryDirectory() + "bgtaskd-bench-callgrind")
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let socket = directory + "/io.bgtaskd"
         let daemon = try Child(["/usr/bin/valgrind", "--tool=callgrind", "--callgrind-out-file=\(directory)/out",

@@ -11,7 +11,7 @@ import Varlink
         results["logind"] = .object(["skipped": .string("needs root and systemd-nspawn")])
         return
     }
-    let out = NSTemporaryDirectory() + "bgtaskd-bench-logind-\(getpid())"
+    let out = try makeTemporaryDirectory(NSTemporaryDirectory() + "bgtaskd-bench-logind")
     defer { try? FileManager.default.removeItem(atPath: out) }
     // The repository the binaries were built in: .build/<triple>/release is below it.
     var root = URL(fileURLWithPath: binaryDirectory).resolvingSymlinksInPath()

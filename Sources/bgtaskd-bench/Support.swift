@@ -32,6 +32,14 @@ func now() -> Int64 { Clock.monotonicNanoseconds() }
 
 func say(_ line: String) { FileHandle.standardError.write(Data((line + "\n").utf8)) }
 
+/// A new directory `prefix-XXXXXX` of this user's alone (`mkdtemp(3)`): never one another
+/// user made in a shared /tmp or /dev/shm.
+func makeTemporaryDirectory(_ prefix: String) throws -> String {
+    var template = Array((prefix + "-XXXXXX").utf8CString)
+    guard let made = mkdtemp(&template) else { throw Errno.current("mkdtemp(\(prefix))") }
+    return String(cString: made)
+}
+
 /// The binaries next to this one.
 let binaryDirectory: String = {
     let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
@@ -126,8 +134,7 @@ final class BenchDaemon {
         // state file is written on every change. BGTASKD_BENCH_DIR overrides it.
         let base = ProcessInfo.processInfo.environment["BGTASKD_BENCH_DIR"]
             ?? (FileManager.default.fileExists(atPath: "/dev/shm") ? "/dev/shm/" : NSTemporaryDirectory())
-        directory = base + "bgtaskd-bench-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        directory = try makeTemporaryDirectory(base + "bgtaskd-bench")
         socketPath = directory + "/io.bgtaskd"
         let notify = try UnixSocket.bindDatagram(path: directory + "/notify")
         let arguments = [binaryDirectory + "/bgtaskd", "--socket", socketPath] + settings.flatMap { ["--set", $0] }

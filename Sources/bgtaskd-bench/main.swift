@@ -92,8 +92,7 @@ if sections.contains("startup") {
 
 // MARK: Round trip and throughput
 
-let echoDirectory = NSTemporaryDirectory() + "bgtaskd-bench-echo-\(getpid())"
-try FileManager.default.createDirectory(atPath: echoDirectory, withIntermediateDirectories: true)
+let echoDirectory = try makeTemporaryDirectory(NSTemporaryDirectory() + "bgtaskd-bench-echo")
 defer { try? FileManager.default.removeItem(atPath: echoDirectory) }
 let echoPath = echoDirectory + "/echo"
 let (echoOut, echoOutWrite) = try Subprocess.pipe()
