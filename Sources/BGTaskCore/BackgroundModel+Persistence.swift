@@ -197,7 +197,10 @@ extension BackgroundModel {
                                  effects: inout [Effect]) {
         precondition(apps.count == 0 && tasks.count == 0, "restore into a model with no apps")
         nextTaskID = max(nextTaskID, saved.nextTaskID, (saved.tasks.keys.max() ?? 0) + 1)
-        quotaUsage = saved.quota
+        // Keys of an older daemon that named no uid (units' were shared by every user) are
+        // not kept: users must never share quota.
+        for (key, intervals) in saved.quota where Self.quotaOwner(ofKey: key) != nil { setQuotaUsage(key, intervals) }
+        quotaChanged.removeAll()
         for app in saved.apps.values.sorted(by: { $0.identity.pid < $1.identity.pid }) {
             let unit = app.unit.flatMap { appsByUnit[$0] == nil ? $0 : nil }
             var record = AppRecord(identity: app.identity, uid: app.uid, command: app.command, unit: unit,

@@ -16,9 +16,31 @@ public struct QuotaInterval: Equatable, Sendable {
 extension BackgroundModel {
     /// Intervals kept per key; older ones are merged, so an app cannot grow the state.
     static var maximumQuotaIntervals: Int { 256 }
-    /// Keys kept: beyond, those idle longest are forgotten first (a user minting executables
-    /// cannot grow the state without bound; at worst one forgotten key starts afresh).
+    /// Keys kept in all, and per uid. Past a uid's share, that uid's own idlest key goes;
+    /// past the total, the idlest key of the uid holding the most. A key that goes is never
+    /// time given back: its uid's keys not in the table count as used up until the window
+    /// has passed (`evictedKey`). So a user minting executables (hard links of one binary)
+    /// can neither grow the state nor reset anyone's quota, its own included.
     static var maximumQuotaKeys: Int { 16384 }
+    static var maximumQuotaKeysPerUser: Int { 256 }
+
+    /// The uid a quota key belongs to: every key starts with `uid N ` (`AppFacts.quotaKey`).
+    static func quotaOwner(ofKey key: String) -> UInt32? {
+        guard key.hasPrefix("uid ") else { return nil }
+        return UInt32(key.dropFirst(4).prefix { $0 != " " })
+    }
+
+    /// The record standing for `uid`'s evicted keys: one interval as long as the window,
+    /// ending when the last was evicted.
+    static func evictedKey(uid: UInt32) -> String { "uid \(uid) evicted" }
+
+    /// What `key` has used: its own record, or, for a key of a uid that had keys evicted,
+    /// the evicted record (it may be one of them).
+    func quotaIntervals(_ key: String) -> [QuotaInterval] {
+        if let own = quotaUsage[key] { return own }
+        guard let uid = Self.quotaOwner(ofKey: key) else { return [] }
+        return quotaUsage[Self.evictedKey(uid: uid)] ?? []
+    }
 
     /// The background time `app` may still use in the window; `nil` without a quota.
     public func quotaRemaining(of app: ProcessIdentity, at now: Instant) -> Duration? {
@@ -35,7 +57,7 @@ extension BackgroundModel {
     func quotaUsed(_ key: String, at now: Instant) -> Duration {
         let windowStart = now - configuration.quotaWindow
         func within(_ start: Instant, _ end: Instant) -> Duration { max(.zero, min(end, now) - max(start, windowStart)) }
-        var used = (quotaUsage[key] ?? []).reduce(Duration.zero) { $0 + within($1.start, $1.end) }
+        var used = quotaIntervals(key).reduce(Duration.zero) { $0 + within($1.start, $1.end) }
         for app in quotaHolders[key] ?? [] {
             if let since = apps[app]?.holdingSince { used += within(since, now) }
         }
@@ -64,7 +86,7 @@ extension BackgroundModel {
     mutating func stopHolding(_ app: ProcessIdentity, key: String, since: Instant, at now: Instant) {
         quotaHolders[key]?.remove(app)
         if quotaHolders[key]?.isEmpty == true { quotaHolders[key] = nil }
-        var intervals = (quotaUsage[key] ?? []).filter { $0.end > now - configuration.quotaWindow }
+        var intervals = quotaIntervals(key).filter { $0.end > now - configuration.quotaWindow }
         intervals.append(QuotaInterval(start: since, end: now))
         if intervals.count > Self.maximumQuotaIntervals {
             // Merge the two oldest: the window may count a little early time twice as long,
@@ -72,23 +94,49 @@ extension BackgroundModel {
             intervals[1].start = intervals[0].start
             intervals.removeFirst()
         }
-        quotaUsage[key] = intervals
-        quotaChanged.insert(key)
+        setQuotaUsage(key, intervals)
+        if let uid = Self.quotaOwner(ofKey: key) {
+            while quotaKeysByUID[uid, default: []].count > Self.maximumQuotaKeysPerUser, evictQuotaKey(of: uid, at: now) {}
+        }
         if quotaUsage.count > Self.maximumQuotaKeys { forgetIdleQuotaKeys(at: now) }
     }
 
-    /// Drops keys with nothing left in the window, then, if still too many, those idle longest.
+    /// Sets (or, with `nil` or nothing, removes) a key's record, keeping the per-uid index.
+    mutating func setQuotaUsage(_ key: String, _ intervals: [QuotaInterval]?) {
+        let intervals = intervals?.isEmpty == true ? nil : intervals
+        if let uid = Self.quotaOwner(ofKey: key) {
+            if intervals != nil {
+                quotaKeysByUID[uid, default: []].insert(key)
+            } else if quotaKeysByUID[uid]?.remove(key) != nil, quotaKeysByUID[uid]?.isEmpty == true {
+                quotaKeysByUID[uid] = nil
+            }
+        }
+        quotaUsage[key] = intervals
+        quotaChanged.insert(key)
+    }
+
+    /// Drops keys with nothing left in the window (that gives no time back), then, while
+    /// still too many, evicts from the uid holding the most.
     mutating func forgetIdleQuotaKeys(at now: Instant) {
         let windowStart = now - configuration.quotaWindow
-        var idle = quotaUsage.filter { quotaHolders[$0.key] == nil }
-            .map { (key: $0.key, last: $0.value.last?.end ?? .zero) }
-            .sorted { $0.last < $1.last }
-        let excess = quotaUsage.count - Self.maximumQuotaKeys * 3 / 4
-        idle = idle.enumerated().filter { $0.offset < excess || $0.element.last <= windowStart }.map(\.element)
-        for (key, _) in idle {
-            quotaUsage[key] = nil
-            quotaChanged.insert(key)
+        for (key, intervals) in quotaUsage where Self.quotaOwner(ofKey: key) == nil || quotaHolders[key] == nil && (intervals.last?.end ?? .zero) <= windowStart {
+            setQuotaUsage(key, nil)
         }
+        while quotaUsage.count > Self.maximumQuotaKeys * 3 / 4,
+              let uid = quotaKeysByUID.max(by: { $0.value.count < $1.value.count })?.key, evictQuotaKey(of: uid, at: now) {}
+    }
+
+    /// Forgets `uid`'s idlest key not held now, which from now on counts as used up until
+    /// the window has passed (the evicted record). Returns whether one went.
+    @discardableResult
+    mutating func evictQuotaKey(of uid: UInt32, at now: Instant) -> Bool {
+        let marker = Self.evictedKey(uid: uid)
+        let idlest = (quotaKeysByUID[uid] ?? []).filter { $0 != marker && quotaHolders[$0] == nil }
+            .min { (quotaUsage[$0]?.last?.end ?? .zero, $0) < (quotaUsage[$1]?.last?.end ?? .zero, $1) }
+        guard let idlest else { return false }
+        setQuotaUsage(idlest, nil)
+        setQuotaUsage(marker, [QuotaInterval(start: now - configuration.quotaWindow, end: now)])
+        return true
     }
 
     /// The quota records changed since the last call (a key with none left: empty).

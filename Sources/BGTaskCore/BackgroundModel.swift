@@ -80,6 +80,8 @@ public struct BackgroundModel {
     /// Apps of each key holding a task now (their time counts as it passes).
     var quotaHolders: [String: Set<ProcessIdentity>] = [:]
     var quotaChanged: Set<String> = []
+    /// Each uid's keys in `quotaUsage`, for its share (`maximumQuotaKeysPerUser`).
+    var quotaKeysByUID: [UInt32: Set<String>] = [:]
     /// Apps by owner, so listings filter before they build and per-user limits cost nothing.
     var appsByUID: [UInt32: Set<ProcessIdentity>] = [:]
     /// Unit apps by their unit's cgroup path: a call from any process in it is the app's.

@@ -189,9 +189,10 @@ extension AppFacts {
     /// `app-gnome-foo.scope`, `foo@2.service` → `foo@.service`); for a process app, or a unit
     /// whose name is made up per run (`run-u42.scope`, `app-bgtaskd-PID.scope`), its uid and
     /// executable (the uid alone when the executable cannot be read: never a name the app
-    /// could choose).
+    /// could choose). Every key starts with the uid: users never share quota, whatever
+    /// their units are called.
     public var quotaKey: String {
-        if let unit, let key = Self.unitKey(unit) { return "unit " + key }
+        if let unit, let key = Self.unitKey(unit) { return "uid \(uid) unit " + key }
         return "uid \(uid) " + (executable ?? "")
     }
 

@@ -215,8 +215,8 @@ import Testing
 
 @Suite struct QuotaKeyTests {
     @Test(arguments: [
-        ("app-gnome-org.gnome.Terminal-1234.scope", "unit app-gnome-org.gnome.Terminal.scope"),
-        ("foo@2.service", "unit foo@.service"), ("cron.service", "unit cron.service"),
+        ("app-gnome-org.gnome.Terminal-1234.scope", "uid 1000 unit app-gnome-org.gnome.Terminal.scope"),
+        ("foo@2.service", "uid 1000 unit foo@.service"), ("cron.service", "uid 1000 unit cron.service"),
         ("run-u42.scope", "uid 1000 /usr/bin/app"), ("app-bgtaskd-77.scope", "uid 1000 /usr/bin/app"),
     ] as [(String, String)])
     func aRelaunchKeepsItsKey(unit: String, key: String) {
@@ -226,29 +226,75 @@ import Testing
     @Test func withoutAReadableExecutableTheUidAloneIsTheKey() {
         #expect(AppFacts(executable: nil, uid: 1000).quotaKey == "uid 1000 ")
     }
+
+    /// Finding 3 of the second review: two users running a unit of one name (uid 65534's own
+    /// `app-gnome-firefox-9999.scope`) never share quota.
+    @Test func usersRunningUnitsOfOneNameHaveKeysOfTheirOwn() {
+        let mine = AppFacts(unit: "app-gnome-firefox-1.scope", executable: "/usr/bin/firefox", uid: 65533).quotaKey
+        let theirs = AppFacts(unit: "app-gnome-firefox-9999.scope", executable: "/usr/bin/firefox", uid: 65534).quotaKey
+        #expect(mine != theirs)
+        #expect(BackgroundModel.quotaOwner(ofKey: mine) == 65533 && BackgroundModel.quotaOwner(ofKey: theirs) == 65534)
+    }
 }
 
+/// Finding 4 of the second review: minting keys (hard links of one binary) neither grows the
+/// table nor gives anyone time back, the minting user's own used-up keys included.
 @Suite struct QuotaBoundTests {
-    @Test func keysAreBoundedAndTheIdlestGoFirst() throws {
+    static let policy = try! AppPolicy(file: "q.policy", text: "[Policy]\nDailyBackgroundSec=10s\n", base: Configuration())
+
+    /// Registers an app of `uid` under `key` and has it hold a task in the background for
+    /// `seconds` from now; the app is gone after (its key stays).
+    static func use(_ harness: inout ModelHarness, pid: Int32, uid: UInt32, key: String, seconds: Double) throws {
+        let app = try harness.model.register(harness.process(pid: pid, uid: uid), policy: policy, quotaKey: key,
+                                             at: harness.now, effects: &harness.effects)
+        let start = (Double(harness.now.nanoseconds) / 1e9)
+        _ = try harness.begin(app)
+        harness.at(start + 0.06)  // granted
+        try harness.background(app)
+        harness.at(start + 0.06 + seconds)
+        if harness.model.isApp(app) {  // else terminated at the quota's deadline
+            try harness.foreground(app)
+            harness.model.processExited(app, at: harness.now, effects: &harness.effects)
+        }
+        _ = harness.take()
+    }
+
+    /// What a new app of `uid` under `key` has left now.
+    static func left(_ harness: inout ModelHarness, uid: UInt32, key: String) throws -> Duration? {
+        let app = try harness.model.register(harness.process(pid: 99_999, uid: uid), policy: policy, quotaKey: key,
+                                             at: harness.now, effects: &harness.effects)
+        defer { harness.model.processExited(app, at: harness.now, effects: &harness.effects) }
+        return harness.model.quotaRemaining(of: app, at: harness.now)
+    }
+
+    @Test func aUserMintingKeysEvictsOnlyItsOwnAndGetsNoTimeBack() throws {
         var harness = ModelHarness { $0.quotaWindow = .seconds(100_000) }
-        let policy = try AppPolicy(file: "q.policy", text: "[Policy]\nDailyBackgroundSec=10s\n", base: harness.model.configuration)
-        var keep: ProcessIdentity?
-        for index in 0...BackgroundModel.maximumQuotaKeys {
-            let app = try harness.model.register(harness.process(pid: Int32(100 + index)), policy: policy,
-                                                 quotaKey: "key \(index)", at: harness.now, effects: &harness.effects)
-            let start = Double(index) * 0.1
-            _ = try harness.begin(app)
-            harness.at(start + 0.06)  // granted
-            try harness.background(app)
-            harness.at(start + 0.07)
-            try harness.foreground(app)  // 10 ms used, recorded under its key
-            if index == BackgroundModel.maximumQuotaKeys { keep = app } else {
-                harness.model.processExited(app, at: harness.now, effects: &harness.effects)  // its key stays
+        try Self.use(&harness, pid: 10, uid: 2000, key: "uid 2000 /usr/bin/victim", seconds: 10)
+        try Self.use(&harness, pid: 11, uid: 1000, key: "uid 1000 /usr/bin/used", seconds: 10)
+        for index in 0..<(BackgroundModel.maximumQuotaKeysPerUser + 20) {
+            try Self.use(&harness, pid: Int32(100 + index), uid: 1000, key: "uid 1000 /tmp/link\(index)", seconds: 0.01)
+        }
+        #expect(harness.model.quotaKeysByUID[1000]!.count <= BackgroundModel.maximumQuotaKeysPerUser)
+        #expect(try Self.left(&harness, uid: 2000, key: "uid 2000 /usr/bin/victim") == .zero)
+        #expect(try Self.left(&harness, uid: 1000, key: "uid 1000 /usr/bin/used") == .zero)
+        // The window passing gives time back, as it does for any key.
+        harness.at((Double(harness.now.nanoseconds) / 1e9) + 100_001)
+        #expect(try Self.left(&harness, uid: 1000, key: "uid 1000 /usr/bin/used") == .seconds(10))
+    }
+
+    @Test func theTableIsBoundedAcrossUsersAndNobodyGetsTimeBack() throws {
+        var harness = ModelHarness { $0.quotaWindow = .seconds(100_000) }
+        try Self.use(&harness, pid: 10, uid: 2000, key: "uid 2000 /usr/bin/victim", seconds: 10)
+        let users = BackgroundModel.maximumQuotaKeys / BackgroundModel.maximumQuotaKeysPerUser + 1
+        var pid: Int32 = 100
+        for user in 0..<users {
+            for index in 0..<BackgroundModel.maximumQuotaKeysPerUser {
+                pid += 1
+                let uid = UInt32(3000 + user)
+                try Self.use(&harness, pid: pid, uid: uid, key: "uid \(uid) /tmp/link\(index)", seconds: 0.001)
             }
-            _ = harness.take()
         }
         #expect(harness.model.quotaUsage.count <= BackgroundModel.maximumQuotaKeys)
-        #expect(harness.model.quotaUsage["key 0"] == nil)  // the idlest went first
-        #expect(harness.model.quotaRemaining(of: keep!, at: harness.now)! < .seconds(10))  // the newest stays
+        #expect(try Self.left(&harness, uid: 2000, key: "uid 2000 /usr/bin/victim") == .zero)
     }
 }
