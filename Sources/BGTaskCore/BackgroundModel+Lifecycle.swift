@@ -225,8 +225,9 @@ extension BackgroundModel {
             timers.insert(.kill(app), at: now + settings(record).terminateGrace)
         }
         effects.append(.act(AppActionRecord(app: app, uid: record.uid, command: record.command, unit: record.unit,
-                                            action: .terminated, reason: reason, taskNames: names), signal: signal))
-        let held = names.isEmpty ? "" : "holding \(names.map { "'\($0)'" }.joined(separator: ", ")) "
+                                            action: .terminated, reason: reason,
+                                            taskNames: History.bounded(names)), signal: signal))
+        let held = names.isEmpty ? "" : "holding \(History.bounded(names).map { "'\($0)'" }.joined(separator: ", ")) "
         effects.append(.log(.app(.appTerminated, .warning, app, command: record.command,
                                  "\(held)terminated with \(signal): \(reason.rawValue)", reason: reason)))
         settleWatch(app, before: watched, effects: &effects)

@@ -10,31 +10,65 @@ public struct HistoryEntry: Equatable, Sendable {
     }
 }
 
-/// The bounded history of rule 11, shared fairly between users: when it is full, the entry
-/// dropped is the oldest of the uid holding the most entries. A user who fills it evicts only
-/// its own entries, never another's (root's included).
+/// The bounded history of rule 11, shared fairly between users: when it is full (in entries
+/// or in bytes), the entry dropped is the oldest of the uid holding the most. A user who
+/// fills it evicts only its own entries, never another's (root's included).
 public struct History: Sendable {
     /// How many entries are kept in all.
     public let capacity: Int
+    /// How many bytes of names (command, tasks, detail) are kept in all.
+    public let maximumBytes: Int
+    /// Task names kept per entry; the rest are counted (`bounded`).
+    public static let maximumNamesPerEntry = 8
     /// Each uid's entries, oldest first, numbered in the order they were appended.
     private var byUID: [UInt32: [(sequence: UInt64, entry: HistoryEntry)]] = [:]
+    private var bytesByUID: [UInt32: Int] = [:]
     private var nextSequence: UInt64 = 0
     public private(set) var count = 0
+    public private(set) var bytes = 0
 
-    public init(capacity: Int) {
+    public init(capacity: Int, maximumBytes: Int = 1 << 20) {
         precondition(capacity > 0)
         self.capacity = capacity
+        self.maximumBytes = maximumBytes
+    }
+
+    /// The first `maximumNamesPerEntry` of `names`, and how many more there were: a
+    /// termination of an app holding a thousand tasks is one short entry.
+    public static func bounded(_ names: [String]) -> [String] {
+        guard names.count > maximumNamesPerEntry else { return names }
+        return Array(names.prefix(maximumNamesPerEntry)) + ["… and \(names.count - maximumNamesPerEntry) more"]
+    }
+
+    /// What an entry costs against `maximumBytes`: its strings, and a little for the rest.
+    static func size(of entry: HistoryEntry) -> Int {
+        let record = entry.record
+        return 64 + record.command.utf8.count + (record.detail?.utf8.count ?? 0) + (record.unit?.utf8.count ?? 0)
+            + record.taskNames.reduce(0) { $0 + $1.utf8.count + 8 }
     }
 
     public mutating func append(_ entry: HistoryEntry) {
-        if count == capacity, let largest = byUID.max(by: { $0.value.count < $1.value.count })?.key {
-            byUID[largest]!.removeFirst()
-            if byUID[largest]!.isEmpty { byUID[largest] = nil }
+        var entry = entry
+        entry.record.taskNames = Self.bounded(entry.record.taskNames)
+        let size = Self.size(of: entry)
+        while count > 0, count >= capacity || bytes + size > maximumBytes {
+            let byBytes = bytes + size > maximumBytes
+            guard let largest = byBytes ? bytesByUID.max(by: { $0.value < $1.value })?.key
+                : byUID.max(by: { $0.value.count < $1.value.count })?.key else { break }
+            let dropped = byUID[largest]!.removeFirst()
+            bytesByUID[largest, default: 0] -= Self.size(of: dropped.entry)
+            bytes -= Self.size(of: dropped.entry)
+            if byUID[largest]!.isEmpty {
+                byUID[largest] = nil
+                bytesByUID[largest] = nil
+            }
             count -= 1
         }
         byUID[entry.record.uid, default: []].append((nextSequence, entry))
+        bytesByUID[entry.record.uid, default: 0] += size
         nextSequence += 1
         count += 1
+        bytes += size
     }
 
     /// The entries, oldest first: all of them, or those of `uid`.

@@ -17,8 +17,9 @@ import Varlink
 final class StateFile {
     static let fileName = "bgtaskd.state"
     static let format = 1
-    /// The longest line read back: a history line names at most MaxTasksPerApp tasks of at
-    /// most 256 bytes each. Longer lines are skipped, never held whole.
+    /// The longest line read back: a history line names at most 9 tasks (History.bounded),
+    /// an app at most 1,000 tasks of at most 256 bytes each. Longer lines are skipped, never
+    /// held whole.
     static let maximumLineBytes = 1 << 20
     /// The most read back: far beyond any real state (MaxApps apps, their tasks, history).
     static let maximumBytes = 512 << 20
