@@ -73,6 +73,19 @@ extension BackgroundModel {
 
     // MARK: Transitions
 
+    /// Rule 7a, warned before killed: the shortest a background period may be. An app is
+    /// warned `ExpirationWarningSec` before its deadline; when less than that is left as its
+    /// period begins (a quota nearly spent, a short wake window), the warning comes at once
+    /// and the deadline is at least this long after it, so the expiration handlers can run
+    /// and the tasks end. (`ExpirationWarningSec` shorter than this is the grace instead;
+    /// `0` turns warnings off.) The quota may be overspent by at most this much.
+    public static let minimumGrace = Duration.seconds(1)
+
+    /// A period of `length` (budget, quota or window), no shorter than rule 7a allows.
+    static func periodLength(_ length: Duration, _ settings: Configuration) -> Duration {
+        max(length, min(minimumGrace, settings.expirationWarning))
+    }
+
     mutating func enterBackground(_ app: ProcessIdentity, at now: Instant, effects: inout [Effect]) {
         guard var record = apps[app], record.state == .foreground else { return }
         let settings = settings(record)
@@ -85,7 +98,8 @@ extension BackgroundModel {
         // An exempt app has no deadline: no warning, no suspension or termination for time.
         // With a quota, the period ends when the budget or the quota left does, the earlier.
         let quotaLeft = quotaRemaining(record, at: now)
-        record.deadline = exempt ? nil : now + min(settings.backgroundTime, quotaLeft ?? settings.backgroundTime)
+        record.deadline = exempt ? nil
+            : now + Self.periodLength(min(settings.backgroundTime, quotaLeft ?? settings.backgroundTime), settings)
         if let deadline = record.deadline {
             timers.insert(.warning(app, epoch: record.epoch), at: max(now, deadline - settings.expirationWarning))
             timers.insert(.deadline(app, epoch: record.epoch), at: deadline)

@@ -26,7 +26,8 @@ extension BackgroundModel {
                                      "told of a wake (\(reason)); already in the background, its deadline stays")))
             return .told
         case .suspended:
-            let window = min(settings(record).wakeTime, quotaRemaining(record, at: now) ?? settings(record).wakeTime)
+            let window = Self.periodLength(min(settings(record).wakeTime, quotaRemaining(record, at: now) ?? settings(record).wakeTime),
+                                           settings(record))
             count(from: .suspended, to: .background)
             record.state = .background
             record.phase = .woken

@@ -201,6 +201,34 @@ import Testing
         #expect(harness.model.quotaRemaining(of: again, at: harness.now) == .seconds(10))
     }
 
+    /// Finding 12 of the second review (rule 7a): with no quota left, an app holding a task
+    /// begun in the foreground was terminated 3 ms after entering the background, unwarned.
+    /// Now it is warned at once and terminated no sooner than the minimum grace after.
+    @Test(arguments: [0.0, 0.01]) mutating func withLittleOrNoQuotaLeftTheWarningComesAndThenTheGrace(left: Double) throws {
+        var harness = Self.harness()
+        var app = try self.heldInTheBackground(&harness)
+        if left == 0 {
+            harness.at(11)  // used up, terminated: relaunched, with a task begun in the foreground
+            app = try self.app(&harness, pid: 200)
+            _ = try harness.begin(app)
+            harness.at(11.1)
+        } else {
+            harness.at(11 - left)  // all but `left` of the 10 s used
+            try harness.foreground(app)
+        }
+        _ = harness.take()
+        try harness.background(app)
+        harness.at(Double(harness.now.nanoseconds) / 1e9)
+        let events = harness.take()
+        #expect(events.lifecycle.contains { if case .taskExpiring = $0 { true } else { false } })
+        #expect(events.actions.isEmpty)
+        let warnedAt = harness.now
+        harness.at((Double(warnedAt.nanoseconds) / 1e9) + BackgroundModel.minimumGrace.seconds - 0.001)
+        #expect(harness.take().actions.isEmpty)  // the handler's time: it can still end its task
+        harness.at((Double(warnedAt.nanoseconds) / 1e9) + BackgroundModel.minimumGrace.seconds)
+        #expect(harness.take().actions.map(\.1) == [.assertionsBeyondPermittedTime])
+    }
+
     @Test mutating func usageSurvivesARestart() throws {
         var harness = Self.harness()
         let app = try self.heldInTheBackground(&harness)
