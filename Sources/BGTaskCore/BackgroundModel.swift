@@ -86,6 +86,8 @@ public struct BackgroundModel {
     var appsByUID: [UInt32: Set<ProcessIdentity>] = [:]
     /// Unit apps by their unit's cgroup path: a call from any process in it is the app's.
     var appsByUnit: [String: ProcessIdentity] = [:]
+    /// The keys of `appsByUnit` by unit name (a name two managers share has two paths).
+    var unitPathsByName: [String: Set<String>] = [:]
     /// How process apps (not units) registered from now on are contained: what the daemon
     /// can do on this machine (`tracked` with the process-events connector, else `tree`).
     public var processContainment: Containment = .tree
@@ -138,9 +140,10 @@ public struct BackgroundModel {
     /// The unit app whose unit's cgroup path is `unit`.
     public func app(unit: String) -> ProcessIdentity? { appsByUnit[unit] }
 
-    /// The cgroup paths of the unit apps whose unit is called `name`.
-    public func unitPaths(named name: String) -> [String] {
-        appsByUnit.keys.filter { AppUnit.name(ofPath: $0) == name }
+    /// The cgroup paths of the unit apps whose unit is called `name` (of `uid`'s apps only,
+    /// if given): an index, never a scan.
+    public func unitPaths(named name: String, ownedBy uid: UInt32? = nil) -> [String] {
+        (unitPathsByName[name] ?? []).filter { path in uid == nil || appsByUnit[path].flatMap { apps[$0]?.uid } == uid }
     }
 
     /// The cgroup path of the unit `app` is, for a unit app.
@@ -154,7 +157,7 @@ public struct BackgroundModel {
         record.unit = path
         record.containment = .scope
         apps[app] = record
-        appsByUnit[path] = app
+        indexUnit(path, of: app)
         effects.append(.log(.app(.appIsolated, .info, app, command: record.command,
                                  "moved into scope \(AppUnit.name(ofPath: path)) of its own (containment scope)")))
         return true
@@ -299,8 +302,13 @@ public struct BackgroundModel {
     mutating func insertApp(_ record: AppRecord) {
         apps[record.identity] = record
         appsByUID[record.uid, default: []].insert(record.identity)
-        if let unit = record.unit { appsByUnit[unit] = record.identity }
+        if let unit = record.unit { indexUnit(unit, of: record.identity) }
         count(from: nil, to: record.state)
+    }
+
+    mutating func indexUnit(_ path: String, of app: ProcessIdentity) {
+        appsByUnit[path] = app
+        unitPathsByName[AppUnit.name(ofPath: path), default: []].insert(path)
     }
 
     /// Removes an app record (its tasks must be gone already) and keeps the indexes in step.
@@ -308,7 +316,12 @@ public struct BackgroundModel {
         guard let record = apps[identity] else { return }
         apps[identity] = nil
         appsByUID[record.uid]?.remove(identity)
-        if let unit = record.unit, appsByUnit[unit] == identity { appsByUnit[unit] = nil }
+        if let unit = record.unit, appsByUnit[unit] == identity {
+            appsByUnit[unit] = nil
+            let name = AppUnit.name(ofPath: unit)
+            unitPathsByName[name]?.remove(unit)
+            if unitPathsByName[name]?.isEmpty == true { unitPathsByName[name] = nil }
+        }
         if let since = record.holdingSince, let key = record.quotaKey {
             stopHolding(identity, key: key, since: since, at: now)
         }

@@ -157,10 +157,12 @@ extension Daemon {
         case let .pid(pid):
             resolved = try resolver.resolve(pid: pid) { model.isApp($0) }
         case let .unit(name):
-            let path = try unitPath(named: name)
-            if let app = model.app(unit: path), let uid = model.owner(of: app) {
-                guard mayManage(connection, appUID: uid) else { throw VarlinkError.permissionDenied }
-                return app
+            let path = try unitPath(named: name, for: connection)
+            let app = model.app(unit: path)
+            if let app, let uid = model.owner(of: app), mayManage(connection, appUID: uid) { return app }
+            // Whose the unit is comes first: another user's is refused alike, app or not.
+            if app != nil || !(isPrivileged(connection) || ownsUnit(path, uid: connection.credentials.uid)) {
+                throw VarlinkError.permissionDenied
             }
             guard register else { throw BGTaskError.noSuchUnit(name) }
             resolved = try mainProcess(ofUnit: path, named: name)

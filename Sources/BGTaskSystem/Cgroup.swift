@@ -73,16 +73,47 @@ public struct Cgroup: Equatable, Sendable {
     /// `limit` directories: how a unit's cgroup is found without asking systemd.
     public static func find(named name: String, limit: Int = 100_000) -> [Cgroup] {
         guard let root = mountPoint else { return [] }
-        var queue = [root], index = 0, found: [Cgroup] = []
-        while index < queue.count, index < limit {
+        return Cgroup(directory: root).find(named: name, limit: limit).found
+    }
+
+    /// Every directory named `name` below this one, breadth first, looking at no more than
+    /// `limit` directories; `cutShort` when the limit stopped the search before the tree did.
+    public func find(named name: String, limit: Int) -> (found: [Cgroup], visited: Int, cutShort: Bool) {
+        var queue = [directory], index = 0, found: [Cgroup] = []
+        var cutShort = false
+        while index < queue.count {
+            guard index < limit else {
+                cutShort = true
+                break
+            }
             let directory = queue[index]
             index += 1
             for child in Cgroup(directory: directory).subdirectories() {
                 if child.hasSuffix("/" + name) { found.append(Cgroup(directory: child)) }
-                if queue.count < limit { queue.append(child) }
+                if queue.count < limit { queue.append(child) } else { cutShort = true }
             }
         }
-        return found
+        return (found, index, cutShort)
+    }
+
+    /// The pids of the shallowest cgroups at or below this one that hold any, looking at no
+    /// more than `limit` directories: where a scope's main process is, without listing a
+    /// subtree of thousands.
+    public func shallowestProcesses(limit: Int = 64) -> [Int32] {
+        var level = [directory], visited = 0
+        while !level.isEmpty, visited < limit {
+            var pids: [Int32] = [], next: [String] = []
+            for directory in level where visited < limit {
+                visited += 1
+                if let bytes = try? readFile(directory + "/cgroup.procs") {
+                    pids += String(decoding: bytes, as: UTF8.self).split(separator: "\n").compactMap { Int32($0) }
+                }
+                if pids.isEmpty { next += Cgroup(directory: directory).subdirectories() }
+            }
+            if !pids.isEmpty { return pids }
+            level = next
+        }
+        return []
     }
 
     /// The pids in this cgroup and every cgroup below it.
@@ -126,6 +157,14 @@ public struct Cgroup: Equatable, Sendable {
         var st = stat()
         let path = directory + "/cgroup.freeze"
         try systemCall("stat(\(path))") { stat(path, &st) }
+        return st.st_uid
+    }
+
+    /// The uid that owns the directory: the user it is delegated to (a user manager's
+    /// subtree is its user's). `stat(2)`
+    public func owner() throws(Errno) -> UInt32 {
+        var st = stat()
+        try systemCall("stat(\(directory))") { stat(directory, &st) }
         return st.st_uid
     }
 

@@ -1,0 +1,142 @@
+import BGTaskSystem
+import Glibc
+import Testing
+import TestSupport
+import Varlink
+
+/// A user manager's subtree for uid 65534, made by the test as systemd delegates one
+/// (`/user.slice/user-UID.slice/user@UID.service`, owned by the user), with `count` cgroups
+/// the user made in it. Whatever the test made is removed after, deepest first.
+final class DelegatedSubtree {
+    let uid: UInt32
+    let root: Cgroup
+    private var made: [String] = []
+
+    init(uid: UInt32, cgroups count: Int) throws {
+        self.uid = uid
+        var path = Cgroup.mountPoint!
+        for component in ["user.slice", "user-\(uid).slice", "user@\(uid).service"] {
+            path += "/" + component
+            if !FileSystem.exists(path) {
+                try systemCall("mkdir(\(path))") { mkdir(path, 0o755) }
+                made.append(path)
+            }
+        }
+        root = Cgroup(directory: path)
+        try systemCall("chown(\(path))") { chown(path, uid, uid) }
+        guard count > 0 else { return }
+        // The user makes them itself, as any user with a systemd --user can.
+        let script = "import os, sys\nfor i in range(\(count / 100 + 1)):\n    for j in range(100):\n        os.makedirs(sys.argv[1] + '/s%d.slice/c%d.slice' % (i, j), exist_ok=True)\n"
+        let maker = try Spawned("/usr/bin/setpriv", ["--reuid=\(uid)", "--regid=\(uid)", "--clear-groups",
+                                                    "/usr/bin/python3", "-c", script, path])
+        guard try maker.wait(timeout: 120) == 0 else { throw TestFailure("could not make \(count) cgroups as uid \(uid)") }
+    }
+
+    deinit {
+        removeBelow(root.directory)
+        for path in made.reversed() { rmdir(path) }
+    }
+
+    private func removeBelow(_ directory: String) {
+        guard let dir = opendir(directory) else { return }
+        var children: [String] = []
+        while let entry = readdir(dir) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            if entry.pointee.d_type == UInt8(DT_DIR), name != ".", name != ".." { children.append(directory + "/" + name) }
+        }
+        closedir(dir)
+        for child in children {
+            removeBelow(child)
+            rmdir(child)
+        }
+    }
+}
+
+/// Root's `GetStatus` round trips, one after another on one connection, while something
+/// else goes on: the slowest, in milliseconds, and the 99th percentile.
+func rootStatusLatencies(_ daemon: TestDaemon, calls: Int = 100) throws -> (p99: Double, max: Double) {
+    let connection = try daemon.connect()
+    var latencies: [Double] = []
+    for _ in 0..<calls {
+        let start = Clock.monotonicNanoseconds()
+        _ = try connection.call("io.bgtaskd.Manager.GetStatus", timeoutMilliseconds: 60_000)
+        latencies.append(Double(Clock.monotonicNanoseconds() - start) / 1e6)
+    }
+    latencies.sort()
+    return (latencies[min(latencies.count - 1, latencies.count * 99 / 100)], latencies.last!)
+}
+
+/// Findings 1 and 10 of the second review: naming units.
+@Suite(.serialized, .enabled(if: getuid() == 0 && Capabilities.cgroupsWritable,
+                             "needs root to run the daemon, make cgroups and setpriv to uid 65534"))
+struct UnitLookupSecurityTests {
+    /// 1: uid 65534 made 5,000 cgroups in its own delegated subtree and pipelines lookups of
+    /// a unit that does not exist (each walked the whole tree: 160–220 ms a call at 10,000;
+    /// 400 calls held root's GetStatus for 44 s). Now a user's search is its own subtree,
+    /// within 2,000 directories a second: root is answered meanwhile.
+    @Test func lookupsOfUnitsThatDoNotExistCannotHoldTheLoop() throws {
+        let subtree = try DelegatedSubtree(uid: Intruder.uid, cgroups: 5_000)
+        let daemon = try TestDaemon()
+        let rssBefore = try residentKiB(daemon.process.pid)
+        let intruders = try (0..<4).map { _ in try Intruder(daemon) }
+        for intruder in intruders {
+            #expect(try intruder.run("unread 100 io.bgtaskd.Manager.Terminate {\"unit\":\"no-such.scope\"}")["sent"] == 100)
+        }
+        let latency = try rootStatusLatencies(daemon)
+        #expect(latency.p99 < 100, "root's GetStatus p99 \(latency.p99) ms, slowest \(latency.max) ms")
+        // The first answer is a clear one: not found, or searched too much this second.
+        let first = try intruders[0].run("read")
+        #expect(Intruder.isError(first, "io.bgtaskd.Manager.NoSuchApp") || Intruder.isError(first, "io.bgtaskd.App.LimitExceeded"),
+                "\(first.serialized)")
+        #expect(try residentKiB(daemon.process.pid) < rssBefore + residentGrowthBoundKiB)
+        withExtendedLifetime(subtree) {}
+    }
+
+    /// 1, the lookup still works: a unit of the user's own, in its subtree, is found by name.
+    @Test func aUsersOwnUnitIsFoundInItsSubtree() throws {
+        let subtree = try DelegatedSubtree(uid: Intruder.uid, cgroups: 0)
+        let unit = subtree.root.directory + "/app.slice"
+        let scope = unit + "/app-test-\(getpid()).scope"
+        for path in [unit, scope] { try systemCall("mkdir(\(path))") { mkdir(path, 0o755) } }
+        for path in [unit, scope, scope + "/cgroup.procs", scope + "/cgroup.freeze"] {
+            try systemCall("chown(\(path))") { chown(path, Intruder.uid, Intruder.uid) }
+        }
+        let daemon = try TestDaemon()
+        let sleeper = try Spawned("/bin/sh", ["-c", "echo $$ > \(scope)/cgroup.procs; exec /usr/bin/setpriv --reuid=65534 --regid=65534 --clear-groups /bin/sleep 600"])
+        defer { sleeper.killTree() }
+        try waitUntil("the sleeper in its scope as uid 65534") {
+            (try? ProcStatus.uids(pid: sleeper.pid))?.real == 65534 && Cgroup.of(pid: sleeper.pid)?.directory == scope
+        }
+        let (code, output) = try daemon.ctl(["background", "--unit", "app-test-\(getpid()).scope"], asUser: Intruder.uid)
+        #expect(code == 0, "\(output)")
+        try waitUntil("the scope frozen") { (try? Cgroup(directory: scope).isFrozen()) == true }
+        #expect(try daemon.ctl(["terminate", "--unit", "app-test-\(getpid()).scope"], asUser: Intruder.uid).0 == 0)
+        try waitUntil("the sleeper gone") { sleeper.hasExited }
+    }
+
+    /// 10: whether another user's unit is an app is not the caller's to learn: by name, an
+    /// unprivileged caller finds only its own (`NoSuchApp` either way); by path, another
+    /// user's unit is `PermissionDenied` either way.
+    @Test func anotherUsersUnitIsRefusedAlikeAppOrNot() throws {
+        let daemon = try TestDaemon()
+        let registered = try TestUnit("app"), plain = try TestUnit("plain")
+        let sleepers = try [registered, plain].map { try $0.spawn("echo ready; exec sleep 600") }
+        for sleeper in sleepers { try sleeper.expectLine("ready") }
+        let (registeredCode, registeredOutput) = try daemon.ctl(["foreground", "--unit", registered.name])
+        #expect(registeredCode == 0, "\(registeredOutput)")
+        var answers: [String] = []
+        for unit in [registered, plain] {
+            for name in [unit.name, "/" + unit.name] {
+                for verb in [["terminate"], ["expire"], ["tasks"], ["policy"]] {
+                    let (code, output) = try daemon.ctl(verb + ["--unit", name], asUser: Intruder.uid)
+                    #expect(code != 0, "\(verb) \(name): \(output)")
+                    answers.append(output.replacingOccurrences(of: unit.name, with: "UNIT"))
+                }
+            }
+        }
+        let (first, second) = (answers.prefix(answers.count / 2), answers.suffix(answers.count / 2))
+        #expect(Array(first) == Array(second), "\(answers)")
+        #expect(try daemon.apps().count == 1)
+        withExtendedLifetime(sleepers) {}
+    }
+}
