@@ -30,8 +30,20 @@ final class Connection {
     var listing: ListingReply?
     /// The caller as resolved at its first `io.bgtaskd.App` call.
     var caller: ProcessDescription?
-    private var output: [UInt8] = []
-    private var outputStart = 0
+    /// The app the caller's calls are about, once known (`Daemon.connectionsByApp`).
+    var app: ProcessIdentity?
+    /// What waits to be written, in order: this connection's own buffers, and event bytes
+    /// shared with every other subscriber they went to (encoded once, referenced by all).
+    private var queue: [[UInt8]] = []
+    /// Whether `queue.last` is this connection's own buffer, to append replies to.
+    private var tailIsOwn = false
+    /// Bytes of `queue.first` already written.
+    private var written = 0
+    /// A written-out buffer kept for the next replies (most connections need one, small).
+    private var spare: [UInt8] = []
+    private(set) var pendingOutputBytes = 0
+    /// What the connection's user has waiting in all its connections.
+    let account: OutputAccount
     private var ioEvents: UInt32 = 0
     private(set) var isClosed = false
     /// Whether the daemon has it in this pass's list of connections to flush.
@@ -44,15 +56,14 @@ final class Connection {
     static let readSize = 65536
 
     init(id: ConnectionID, socket: FileDescriptor, credentials: PeerCredentials, peerPidfd: Pidfd?,
-         maximumMessageBytes: Int) {
+         maximumMessageBytes: Int, account: OutputAccount) {
         self.id = id
         self.socket = socket
         self.credentials = credentials
         self.peerPidfd = peerPidfd
+        self.account = account
         self.framer = VarlinkFramer(maximumMessageBytes: maximumMessageBytes)
     }
-
-    var pendingOutputBytes: Int { output.count - outputStart }
 
     /// Whether the connection takes another call now.
     var wantsInput: Bool {
@@ -63,32 +74,66 @@ final class Connection {
     /// (`Daemon.commit`). Returns false if the peer is too far behind, in which case the
     /// caller must close the connection.
     func send(_ reply: VarlinkReply) -> Bool {
-        guard !isClosed else { return false }
-        if pendingOutputBytes > Self.maximumPendingOutput { return false }
-        reply.write(to: &output)
-        output.append(0)
+        guard !isClosed, pendingOutputBytes <= Self.maximumPendingOutput else { return false }
+        appendOwn { reply.write(to: &$0); $0.append(0) }
         return true
+    }
+
+    /// Queues bytes shared with other connections (one event to many subscribers), already
+    /// framed. Returns false as `send` does.
+    func send(shared frame: [UInt8]) -> Bool {
+        guard !isClosed, pendingOutputBytes <= Self.maximumPendingOutput else { return false }
+        queue.append(frame)
+        tailIsOwn = false
+        grow(by: frame.count)
+        return true
+    }
+
+    private func appendOwn(_ body: (inout [UInt8]) -> Void) {
+        if !tailIsOwn {
+            queue.append(spare)
+            spare = []
+            tailIsOwn = true
+        }
+        let last = queue.count - 1
+        let before = queue[last].count
+        body(&queue[last])
+        grow(by: queue[last].count - before)
+    }
+
+    private func grow(by bytes: Int) {
+        pendingOutputBytes += bytes
+        account.bytes += bytes
     }
 
     /// Queues the next slice of the listing being sent, if the peer has read the last one.
     func continueListing() {
         guard let listing, pendingOutputBytes < Self.outputLowWater else { return }
-        if listing.produce(into: &output) { self.listing = nil }
+        var done = false
+        appendOwn { done = listing.produce(into: &$0) }
+        if done { self.listing = nil }
     }
 
     /// Writes buffered output.
     func flush() -> Bool {
-        while outputStart < output.count {
+        while let first = queue.first {
             do {
-                guard let written = try socket.writeAvailable(output[outputStart...]) else { break }
-                outputStart += written
+                guard let count = try socket.writeAvailable(first[written...]) else { break }
+                written += count
+                grow(by: -count)
             } catch {
                 return false
             }
-        }
-        if outputStart == output.count {
-            output.removeAll(keepingCapacity: output.count < 65536)
-            outputStart = 0
+            guard written == first.count else { continue }
+            let done = queue.removeFirst()
+            written = 0
+            if queue.isEmpty {
+                if tailIsOwn, done.capacity < 65536 {
+                    spare = done
+                    spare.removeAll(keepingCapacity: true)
+                }
+                tailIsOwn = false
+            }
         }
         return true
     }
@@ -113,12 +158,20 @@ final class Connection {
     func close() {
         isClosed = true
         listing = nil
+        grow(by: -pendingOutputBytes)
+        queue = []
         source = nil
         socket.close()
         // Released now, not when the last reference to this object goes (the pass's list
         // of connections to flush may hold it a little longer).
         peerPidfd = nil
     }
+}
+
+/// What one user's connections have waiting to be written, in all: bounded per user, not
+/// only per connection (`Daemon.maximumOutputBytesPerUser`).
+final class OutputAccount {
+    var bytes = 0
 }
 
 /// A reply too large to build in one go (`ListTasks` of 100,000 tasks is 14 MB of JSON):

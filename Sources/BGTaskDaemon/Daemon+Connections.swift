@@ -24,8 +24,10 @@ extension Daemon {
             let pidfd = UnixSocket.peerPidfd(socket).flatMap { try? Pidfd.adopt($0) }
             let id = ConnectionID(nextConnectionID)
             nextConnectionID += 1
+            let account = outputAccounts[credentials.uid] ?? OutputAccount()
+            outputAccounts[credentials.uid] = account
             let connection = Connection(id: id, socket: socket, credentials: credentials, peerPidfd: pidfd,
-                                        maximumMessageBytes: model.configuration.maxMessageBytes)
+                                        maximumMessageBytes: model.configuration.maxMessageBytes, account: account)
             do {
                 connection.source = try clients.add(socket.rawValue, events: IOEvents.readable) {
                     [unowned self, unowned connection] events in self.handleIO(connection, events: events)
@@ -124,7 +126,10 @@ extension Daemon {
         connection.close()
         connections[connection.id] = nil
         connectionsPerUID[connection.credentials.uid, default: 1] -= 1
-        if connectionsPerUID[connection.credentials.uid] == 0 { connectionsPerUID[connection.credentials.uid] = nil }
+        if connectionsPerUID[connection.credentials.uid] == 0 {
+            connectionsPerUID[connection.credentials.uid] = nil
+            outputAccounts[connection.credentials.uid] = nil
+        }
         var effects: [Effect] = []
         switch connection.stream {
         case let .subscription(app)?:
@@ -151,7 +156,21 @@ extension Daemon {
 
     /// Queues a reply or event; it goes out when the pass commits.
     func send(_ reply: VarlinkReply, to connection: Connection) {
-        if connection.send(reply) { touch(connection) } else { drop(connection) }
+        if connection.send(reply), withinUserBound(connection) { touch(connection) } else { drop(connection) }
+    }
+
+    /// Queues an event encoded once for many connections.
+    func send(shared frame: [UInt8], to connection: Connection) {
+        if connection.send(shared: frame), withinUserBound(connection) { touch(connection) } else { drop(connection) }
+    }
+
+    /// What all of one user's connections may have waiting, unread: past it, a connection of
+    /// that user that is itself behind (a stream nobody reads) is dropped. Root is not bound.
+    static let maximumOutputBytesPerUser = 32 << 20
+
+    func withinUserBound(_ connection: Connection) -> Bool {
+        connection.credentials.uid == 0 || connection.account.bytes <= Self.maximumOutputBytesPerUser
+            || connection.pendingOutputBytes < Connection.outputLowWater
     }
 
     /// Notes a connection whose output or wanted events may have changed in this pass.
@@ -189,6 +208,8 @@ extension Daemon {
     func drop(_ connection: Connection) {
         if connection.pendingOutputBytes > Connection.maximumPendingOutput {
             log(.notice, "Dropping \(connection.id) (uid \(connection.credentials.uid)): over \(Connection.maximumPendingOutput >> 20) MiB of unread replies")
+        } else if !withinUserBound(connection) {
+            log(.notice, "Dropping \(connection.id) (uid \(connection.credentials.uid)): its user has over \(Self.maximumOutputBytesPerUser >> 20) MiB of unread replies in all")
         }
         close(connection)
     }

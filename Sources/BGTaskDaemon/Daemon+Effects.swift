@@ -16,8 +16,10 @@ extension Daemon {
             switch effect {
             case let .lifecycle(app, uid, event):
                 let parameters = Wire.event(event)
-                for id in subscribers[app] ?? [] {
-                    if let connection = connections[id] { send(VarlinkReply(parameters: parameters, continues: true), to: connection) }
+                if let ids = subscribers[app] {
+                    // Encoded once, its bytes shared by every subscriber's queue.
+                    let frame = VarlinkReply(parameters: parameters, continues: true).frame
+                    for id in ids { if let connection = connections[id] { send(shared: frame, to: connection) } }
                 }
                 if !monitors.isEmpty {
                     var monitored = parameters
@@ -70,9 +72,11 @@ extension Daemon {
     /// names its owner: there is no event for everyone.
     func broadcast(_ parameters: [String: JSON], uid: UInt32) {
         guard !monitors.isEmpty else { return }
+        var frame: [UInt8]?
         for id in monitors {
             guard let connection = connections[id], mayManage(connection, appUID: uid) else { continue }
-            send(VarlinkReply(parameters: parameters, continues: true), to: connection)
+            if frame == nil { frame = VarlinkReply(parameters: parameters, continues: true).frame }
+            send(shared: frame!, to: connection)
         }
     }
 

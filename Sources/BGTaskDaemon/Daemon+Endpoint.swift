@@ -77,6 +77,9 @@ extension Daemon {
         case "Subscribe":
             _ = try Parameters(call.parameters, allowed: [])
             guard call.more else { throw VarlinkError.expectedMore }
+            guard (subscribers[app]?.count ?? 0) < Self.maximumSubscribersPerApp else {
+                throw BGTaskError.limitExceeded("\(Self.maximumSubscribersPerApp) subscriptions of app \(app.pid)")
+            }
             model.subscribe(app)
             connection.stream = .subscription(app)
             subscribers[app, default: []].append(connection.id)

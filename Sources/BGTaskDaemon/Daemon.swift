@@ -56,6 +56,8 @@ public final class Daemon {
     /// Connections with output queued or events to update in this pass (`commit`).
     var touched: [Connection] = []
     var connectionsPerUID: [UInt32: Int] = [:]
+    /// What each user's connections have waiting to be written (`maximumOutputBytesPerUser`).
+    var outputAccounts: [UInt32: OutputAccount] = [:]
     var nextConnectionID: UInt64 = 1
 
     /// The processes the model asked to watch, each held by pidfd.
@@ -66,6 +68,9 @@ public final class Daemon {
     var exitedProcesses: [ProcessIdentity] = []
 
     var subscribers: [ProcessIdentity: [ConnectionID]] = [:]
+    /// Lifecycle subscriptions one app may have at once (UIKit has one delegate; a helper
+    /// or two besides it is plenty). Each costs the daemon a copy of every event.
+    static let maximumSubscribersPerApp = 8
     var taskStreams: [TaskID: ConnectionID] = [:]
     var monitors: [ConnectionID] = []
     /// When the timer is armed to fire (`nil`: off).

@@ -127,6 +127,14 @@ public struct VarlinkReply: Equatable, Sendable {
         JSON.writeObject(parameters, to: &out)
         out.append(UInt8(ascii: "}"))
     }
+
+    /// The reply's bytes on the wire, NUL included.
+    public var frame: [UInt8] {
+        var out: [UInt8] = []
+        write(to: &out)
+        out.append(0)
+        return out
+    }
 }
 
 /// A message that is JSON but not a Varlink call or reply.

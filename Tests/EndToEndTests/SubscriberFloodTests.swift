@@ -1,0 +1,79 @@
+import BGTaskSystem
+import Glibc
+import Testing
+import TestSupport
+import Varlink
+
+/// Finding 2 of the second review: one `Wake` payload was copied to every subscriber, so 250
+/// unread subscriptions of a user's own app grew the daemon from 12.7 MiB to 1,983 MiB in
+/// 7.6 s. Now an app has at most 8 subscriptions, an event's bytes are encoded once and
+/// shared, and what one user's connections have unread is bounded in all.
+@Suite(.serialized, .enabled(if: getuid() == 0, "needs root to run the daemon and setpriv to uid 65534"))
+struct SubscriberFloodTests {
+    /// As uid 65534: subscribe `subscriptions` times and read nothing more, put its own app in
+    /// the background, then pipeline `wakes` wakes of it with a 4 KiB payload.
+    static let script = #"""
+    import json, os, select, socket, sys
+    path, subscriptions, wakes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    def connect():
+        s = socket.socket(socket.AF_UNIX); s.connect(path); return s
+    def read(s):
+        buf = b""
+        while not buf.endswith(b"\0"):
+            chunk = s.recv(65536)
+            if not chunk: return {"closed": True}
+            buf += chunk
+        return json.loads(buf[:-1].split(b"\0")[0])
+    def call(s, method, params, more=False):
+        m = {"method": method, "parameters": params}
+        if more: m["more"] = True
+        s.sendall(json.dumps(m).encode() + b"\0")
+        return read(s)
+    streams, refused = [], 0
+    for _ in range(subscriptions):
+        s = connect()
+        r = call(s, "io.bgtaskd.App.Subscribe", {}, True)
+        if "error" in r: refused += 1; s.close()
+        else: streams.append(s)
+    control = connect()
+    call(control, "io.bgtaskd.Manager.SetAppState", {"pid": os.getpid(), "state": "background"})
+    print(json.dumps({"subscribed": len(streams), "refused": refused}), flush=True)
+    wake = json.dumps({"method": "io.bgtaskd.Manager.Wake", "parameters": {
+        "pid": os.getpid(), "reason": "flood", "payload": {"x": "a" * 4000}}}).encode() + b"\0"
+    data, replies, errors, buf = wake * wakes, 0, 0, b""
+    while replies < wakes:
+        r, w, _ = select.select([control], [control] if data else [], [], 30.0)
+        if not r and not w: break
+        if w: data = data[control.send(data[:65536]):]
+        if r:
+            chunk = control.recv(65536)
+            if not chunk: break
+            buf += chunk
+            while b"\0" in buf:
+                m, buf = buf.split(b"\0", 1); replies += 1
+                if "error" in json.loads(m): errors += 1
+    print(json.dumps({"wakes": replies, "errors": errors}), flush=True)
+    sys.stdin.readline()
+    """#
+
+    @Test func unreadSubscriptionsOfOnesOwnAppCannotGrowTheDaemon() throws {
+        let daemon = try TestDaemon(["TransitionTimeoutSec=10min", "BackgroundTimeSec=10min"])
+        let path = daemon.directory + "/subscriber-flood.py"
+        try FileDescriptor(systemCall("open") { open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644) })
+            .writeAll(Array(Self.script.utf8))
+        let rssBefore = try residentKiB(daemon.process.pid)
+        let flood = try Spawned("/usr/bin/setpriv", ["--reuid=\(Intruder.uid)", "--regid=\(Intruder.uid)", "--clear-groups",
+                                                    "/usr/bin/python3", path, daemon.socketPath, "250", "2500"])
+        defer { flood.killTree() }
+        let subscribed = try JSON.parse(try #require(try flood.readLine(timeout: 30)))
+        #expect(subscribed["subscribed"] == 8 && subscribed["refused"] == 242, "\(subscribed.serialized)")
+        let latency = try rootStatusLatencies(daemon)
+        let done = try JSON.parse(try #require(try flood.readLine(timeout: 120)))
+        #expect(done["wakes"] == 2500 && done["errors"] == 0, "\(done.serialized)")
+        #expect(latency.p99 < 100, "root's GetStatus p99 \(latency.p99) ms, slowest \(latency.max) ms")
+        let grown = try residentKiB(daemon.process.pid) - rssBefore
+        print("subscriber flood: GetStatus p99 \(latency.p99) ms (slowest \(latency.max) ms), daemon grew \(grown) KiB")
+        #expect(grown < 64 * 1024, "the daemon grew by \(grown) KiB")
+        #expect(daemon.log().contains { $0.contains("unread replies") })
+    }
+}
