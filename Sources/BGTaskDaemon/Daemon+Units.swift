@@ -6,15 +6,15 @@ import BGTaskSystem
 ///
 /// A lookup costs its caller, not everyone: registered units are found in the model's index;
 /// an unprivileged caller's search for any other is limited to its own user manager's
-/// subtree and to a few thousand directories a second, so that a user who made 10,000
+/// subtree and to a thousand directories a second, so that a user who made 10,000
 /// cgroups of its own cannot hold the loop. Whose a unit is, is settled before whether it is
 /// an app: another user's unit is refused the same way, app or not.
 extension Daemon {
     /// Directories a privileged caller's search looks at, at most.
     static let unitSearchLimit = 10_000
     /// Directories of its own subtree an unprivileged caller's search looks at, at most,
-    /// per call and per second (about 40 ms of loop time).
-    static let userUnitSearchLimit = 2_000
+    /// per call and per second (about 20 ms of loop time).
+    static let userUnitSearchLimit = 1_000
 
     /// The cgroup path of the app unit `name` names, for the caller on `connection`.
     /// `InvalidParameter` for what cannot be an app (a slice, `init.scope`, a session, a user

@@ -4,12 +4,12 @@ import Testing
 import TestSupport
 import Varlink
 
-/// Finding 2 of the second review: one `Wake` payload was copied to every subscriber, so 250
+/// Finding 2 of the second review (in the same serialized suite as finding 1's flood: two
+/// floods at once on two cores would measure each other): one `Wake` payload was copied to every subscriber, so 250
 /// unread subscriptions of a user's own app grew the daemon from 12.7 MiB to 1,983 MiB in
 /// 7.6 s. Now an app has at most 8 subscriptions, an event's bytes are encoded once and
 /// shared, and what one user's connections have unread is bounded in all.
-@Suite(.serialized, .enabled(if: getuid() == 0, "needs root to run the daemon and setpriv to uid 65534"))
-struct SubscriberFloodTests {
+extension UnprivilegedUserTests {
     /// As uid 65534: subscribe `subscriptions` times and read nothing more, put its own app in
     /// the background, then pipeline `wakes` wakes of it with a 4 KiB payload.
     static let script = #"""
@@ -67,12 +67,16 @@ struct SubscriberFloodTests {
         defer { flood.killTree() }
         let subscribed = try JSON.parse(try #require(try flood.readLine(timeout: 30)))
         #expect(subscribed["subscribed"] == 8 && subscribed["refused"] == 242, "\(subscribed.serialized)")
-        let latency = try rootStatusLatencies(daemon)
-        let done = try JSON.parse(try #require(try flood.readLine(timeout: 120)))
+        var doneLine: String?
+        let latency = try rootStatusLatencies(daemon) {
+            doneLine = doneLine ?? (try? flood.readLine(timeout: 0.001))
+            return doneLine != nil
+        }
+        let done = try JSON.parse(try #require(doneLine))
         #expect(done["wakes"] == 2500 && done["errors"] == 0, "\(done.serialized)")
         #expect(latency.p99 < 100, "root's GetStatus p99 \(latency.p99) ms, slowest \(latency.max) ms")
-        let grown = try residentKiB(daemon.process.pid) - rssBefore
-        print("subscriber flood: GetStatus p99 \(latency.p99) ms (slowest \(latency.max) ms), daemon grew \(grown) KiB")
+        let grown = latency.peakKiB - rssBefore
+        print("subscriber flood: GetStatus p99 \(latency.p99) ms (slowest \(latency.max) ms), daemon grew \(grown) KiB at most")
         #expect(grown < 64 * 1024, "the daemon grew by \(grown) KiB")
         #expect(daemon.log().contains { $0.contains("unread replies") })
     }
