@@ -261,6 +261,33 @@ extension BackgroundModel {
         ageQueueHead < ageQueue.count ? ageQueue[ageQueueHead].created + configuration.taskAgeWarning : nil
     }
 
+    /// Rule 7a's other half: the apps that firing what is due at `now` would terminate for
+    /// time (a deadline passing with tasks held, a transition not finished). The daemon reads
+    /// what they already sent first: a task end that reached it in time counts, however busy
+    /// it was.
+    public func appsFacingTermination(at now: Instant) -> [ProcessIdentity] {
+        var result: [ProcessIdentity] = []
+        for entry in timers.due(at: now) {
+            switch entry.kind {
+            case let .deadline(app, epoch):
+                guard let record = apps[app], record.epoch == epoch, record.state == .background,
+                      record.taskIDs.contains(where: { tasks[$0]?.state.isAssertion == true }) else { continue }
+                result.append(app)
+            case let .transitionTimeout(app, epoch):
+                guard let record = apps[app], record.epoch == epoch, record.phase == .transition else { continue }
+                result.append(app)
+            case .grant, .warning, .kill:
+                continue
+            }
+        }
+        return result
+    }
+
+    /// The processes that began `app`'s active tasks.
+    public func taskOwners(of app: ProcessIdentity) -> Set<ProcessIdentity> {
+        Set((apps[app]?.taskIDs ?? []).compactMap { tasks[$0]?.owner })
+    }
+
     /// Fires every timer due at or before `now`, each at its own instant, in order; at most
     /// `limit` of them. Returns whether none is left due (false: call again).
     @discardableResult

@@ -38,6 +38,19 @@ struct TimerQueue {
         }
     }
 
+    /// Every entry due at or before `now`, in no order, without removing any (the heap's
+    /// due part is a subtree at its top: this costs what is due, not the whole heap).
+    func due(at now: Instant) -> [Entry] {
+        var result: [Entry] = []
+        var stack = heap.isEmpty ? [] : [0]
+        while let index = stack.popLast() {
+            guard heap[index].instant <= now else { continue }
+            result.append(heap[index])
+            for child in [2 * index + 1, 2 * index + 2] where child < heap.count { stack.append(child) }
+        }
+        return result
+    }
+
     /// Removes and returns the earliest entry due at or before `now`.
     mutating func popDue(at now: Instant) -> Entry? {
         guard let top = heap.first, top.instant <= now else { return nil }

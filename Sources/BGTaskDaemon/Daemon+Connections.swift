@@ -121,10 +121,29 @@ extension Daemon {
         }
     }
 
+    /// Reads and handles what `apps` have already sent — on their connections, and their
+    /// task owners' exits — before their deadlines are fired: under load the daemon may be
+    /// late to read a task end that reached it in time.
+    func readWaiting(from apps: [ProcessIdentity]) {
+        for app in apps {
+            for id in connectionsByApp[app] ?? [] {
+                guard let connection = connections[id] else { continue }
+                handleIO(connection, events: IOEvents.readable)
+            }
+            for owner in model.taskOwners(of: app) where watches[owner]?.pidfd.hasExited == true {
+                processExited(owner)
+            }
+        }
+    }
+
     func close(_ connection: Connection) {
         guard !connection.isClosed else { return }
         connection.close()
         connections[connection.id] = nil
+        if let app = connection.app {
+            connectionsByApp[app]?.removeAll { $0 == connection.id }
+            if connectionsByApp[app]?.isEmpty == true { connectionsByApp[app] = nil }
+        }
         connectionsPerUID[connection.credentials.uid, default: 1] -= 1
         if connectionsPerUID[connection.credentials.uid] == 0 {
             connectionsPerUID[connection.credentials.uid] = nil

@@ -58,6 +58,16 @@ extension Daemon {
         return resolved.description
     }
 
+    /// The registered app `process` belongs to: by unit or ancestry (the model), else as a
+    /// tracked member whose fork the daemon saw (every process event up to now read first):
+    /// a worker that double-forked and calls at once is its app's, not an app of its own.
+    func appContaining(_ process: ProcessDescription) -> ProcessIdentity? {
+        if let app = model.app(containing: process) { return app }
+        guard let tracker, let app = tracker.app(of: process.identity), model.owner(of: app) == process.uid,
+              model.isApp(app) else { return nil }
+        return app
+    }
+
     static let appMembers: Set = ["Subscribe", "BeginTask", "EndTask", "GetTimeRemaining", "FinishBackgroundTransition", "FinishWake"]
 
     func appCall(_ call: VarlinkCall, _ member: String, on connection: Connection, at now: Instant,
@@ -66,12 +76,16 @@ extension Daemon {
         try requireWritableState()
         let process = try caller(of: connection)
         let app: ProcessIdentity
-        if let known = model.app(containing: process) {
+        if let known = appContaining(process) {
             app = known  // the common case: no policy lookup on the hot path
         } else {
             let (policy, quotaKey) = policy(for: process)
             app = try model.register(process, privileged: isPrivileged(connection), policy: policy, quotaKey: quotaKey,
                                      at: now, effects: &effects)
+        }
+        if connection.app != app {
+            connection.app = app
+            connectionsByApp[app, default: []].append(connection.id)
         }
         switch member {
         case "Subscribe":
@@ -172,7 +186,7 @@ extension Daemon {
         }
         guard mayManage(connection, appUID: resolved.description.uid) else { throw VarlinkError.permissionDenied }
         callPidfds[resolved.description.identity] = resolved.pidfd
-        if let app = model.app(containing: resolved.description) { return app }
+        if let app = appContaining(resolved.description) { return app }
         guard register else { throw BGTaskError.noSuchApp(resolved.description.identity.pid) }
         let (policy, quotaKey) = policy(for: resolved.description)
         return try model.register(resolved.description, privileged: isPrivileged(connection), policy: policy,

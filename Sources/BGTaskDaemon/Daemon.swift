@@ -68,6 +68,8 @@ public final class Daemon {
     var exitedProcesses: [ProcessIdentity] = []
 
     var subscribers: [ProcessIdentity: [ConnectionID]] = [:]
+    /// The connections whose calls were about each app (`readWaiting`).
+    var connectionsByApp: [ProcessIdentity: [ConnectionID]] = [:]
     /// Lifecycle subscriptions one app may have at once (UIKit has one delegate; a helper
     /// or two besides it is plenty). Each costs the daemon a copy of every event.
     static let maximumSubscribersPerApp = 8
@@ -114,9 +116,15 @@ public final class Daemon {
             Journal.log(priority: priority.rawValue, message: message.cEscaped)
         }
         do {
+            var losses = 0, lastReport: Int64 = .min
             let tracker = try Tracker.open {
+                // Every loss is counted and reported, at most once every 10 s.
+                losses += 1
+                let now = Clock.monotonicNanoseconds()
+                guard now - lastReport >= 10_000_000_000 else { return }
+                lastReport = now
                 Journal.log(priority: LogEntry.Priority.warning.rawValue,
-                            message: "The kernel dropped process events (a burst of forks): a process forked meanwhile may have left its app")
+                            message: "The kernel dropped process events (a burst of forks; \(losses) time(s) so far): members still running were kept and every app's tree walked again, but a process that re-parented meanwhile may have left its app")
             }
             sources.append(try loop.addIO(tracker.events.descriptor.rawValue, events: IOEvents.readable) { [unowned self] _ in
                 self.tracker?.drain()
@@ -162,6 +170,9 @@ public final class Daemon {
     /// timer at the next deadline and keep `STATUS=` current.
     func pass(_ body: (Instant) -> Void) {
         let now = self.now
+        // Before an app is terminated for time, what it already sent is read (rule 7a).
+        let facing = model.appsFacingTermination(at: now)
+        if !facing.isEmpty { readWaiting(from: facing) }
         // Many timers due at once (a thousand apps backgrounded together expire together) are
         // fired a slice at a time, each slice's events sent before the next: the first apps
         // warned do not wait for the last.

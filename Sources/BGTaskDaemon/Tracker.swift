@@ -10,8 +10,15 @@ import BGTaskSystem
 /// member is kept as the process it was when its fork was read (its pidfd's inode and start
 /// time), and only that process is ever handed out. If the kernel drops events (a burst
 /// beyond the socket buffer), an exit may be missed and a pid may come to name another
-/// process — another user's, another daemon: then every app is followed afresh from its tree
-/// (what re-parented meanwhile is lost, and logged), never a stranger signalled.
+/// process — another user's, another daemon: then every member that is provably still the
+/// process it was (same pidfs inode and start time) is kept, every app's tree is walked again,
+/// and only what re-parented during the loss and is not in a kept member's tree is lost
+/// (logged), never a stranger signalled.
+///
+/// What the connector cannot show: a process the app's own process (or a member that was
+/// re-parented, to init or a subreaper) makes with `clone(CLONE_PARENT)` is reported as the
+/// child of *its* parent, which is not a member, so it is not followed. Apps that must be
+/// contained against that belong in a scope of their own (`IsolateApps=`, containment `scope`).
 final class Tracker {
     let events: ProcessEvents
     private var appOf: [Int32: ProcessIdentity] = [:]
@@ -21,9 +28,11 @@ final class Tracker {
     private var members: [ProcessIdentity: [Int32: ProcessIdentity?]] = [:]
     /// Each followed app's own process, to follow it afresh after a loss.
     private var roots: [ProcessIdentity: Pidfd] = [:]
-    /// Called once when the kernel dropped events (a burst beyond the socket buffer).
+    /// Called each time the kernel dropped events (a burst beyond the socket buffer).
     let lost: () -> Void
-    private var reportedLoss = false
+    /// Datagrams read per `drain`: a fork storm cannot hold the loop; the rest wait in the
+    /// socket, readable on the next pass.
+    static let eventsPerDrain = 16_384
 
     init(events: ProcessEvents, lost: @escaping () -> Void) {
         self.events = events
@@ -66,15 +75,25 @@ final class Tracker {
         return result
     }
 
-    /// Reads every event waiting.
+    /// The app `process` is a tracked member of, if the tracker saw its fork (every event
+    /// up to now read first): how a worker that re-parented and calls the daemon at once
+    /// is known to be its app's, not an app of its own.
+    func app(of process: ProcessIdentity) -> ProcessIdentity? {
+        drain()
+        guard let app = appOf[process.pid], case let known?? = members[app]?[process.pid],
+              known.startTime == process.startTime, known.inode == process.inode else { return nil }
+        return app
+    }
+
+    /// Reads the events waiting (at most `eventsPerDrain`).
     func drain() {
         while true {
             let batch: [ProcessEvents.Event]
             do {
-                batch = try events.read()
+                batch = try events.read(limit: Self.eventsPerDrain)
             } catch {
                 restart()
-                continue  // what is queued after the loss is read on a clean slate
+                continue  // what is queued after the loss is read on the slate kept
             }
             for event in batch {
                 switch event {
@@ -85,6 +104,11 @@ final class Tracker {
                     appOf[child] = app
                     members[app, default: [:]][child] = (try? Pidfd.open(pid: child)).map(Self.identity)
                 case let .exit(pid):
+                    // A thread other than the leader that calls exec takes over the process:
+                    // the old leader's exit is reported, but the process lives on, the same
+                    // pidfs inode. Only a process that is gone leaves.
+                    if let app = appOf[pid], case let known?? = members[app]?[pid], let pidfd = try? Pidfd.open(pid: pid),
+                       !pidfd.hasExited, pidfd.inode == known.inode, pidfd.startTime == known.startTime { continue }
                     forget(pid)
                 }
             }
@@ -92,14 +116,30 @@ final class Tracker {
         }
     }
 
-    /// Events were lost: nothing known can be vouched for. Every app is followed afresh from
-    /// its tree.
+    /// Events were lost: an exit may have been missed, so a pid may name another process now.
+    /// Members still provably the process they were (a pidfd opened now shows the same pidfs
+    /// inode and start time) are kept; the rest are dropped, and every app's tree, and each
+    /// kept member's tree, is walked again.
     private func restart() {
-        if !reportedLoss { lost() }
-        reportedLoss = true
+        lost()
+        var kept: [ProcessIdentity: [Int32: ProcessIdentity?]] = [:]
+        var roots: [Pidfd] = []
+        for (app, known) in members {
+            for case let (pid, identity?) in known {
+                guard let pidfd = try? Pidfd.open(pid: pid), !pidfd.hasExited, pidfd.inode == identity.inode,
+                      pidfd.startTime == identity.startTime else { continue }
+                kept[app, default: [:]][pid] = identity
+                roots.append(pidfd)
+            }
+        }
+        members = kept
         appOf = [:]
-        members = [:]
-        for (app, root) in roots {
+        for (app, known) in kept { for pid in known.keys { appOf[pid] = app } }
+        for (app, root) in self.roots {
+            for pidfd in ProcessTree.members(of: root) { add(pidfd, to: app) }
+        }
+        for root in roots {
+            guard let app = appOf[root.pid] else { continue }
             for pidfd in ProcessTree.members(of: root) { add(pidfd, to: app) }
         }
     }

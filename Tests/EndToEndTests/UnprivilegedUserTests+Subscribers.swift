@@ -74,7 +74,7 @@ extension UnprivilegedUserTests {
         }
         let done = try JSON.parse(try #require(doneLine))
         #expect(done["wakes"] == 2500 && done["errors"] == 0, "\(done.serialized)")
-        #expect(latency.p99 < 100, "root's GetStatus p99 \(latency.p99) ms, slowest \(latency.max) ms")
+        #expect(latency.p99 < 100 && latency.max < 500, "root's GetStatus p99 \(latency.p99) ms, slowest \(latency.max) ms")
         let grown = latency.peakKiB - rssBefore
         print("subscriber flood: GetStatus p99 \(latency.p99) ms (slowest \(latency.max) ms), daemon grew \(grown) KiB at most")
         #expect(grown < 64 * 1024, "the daemon grew by \(grown) KiB")

@@ -95,7 +95,7 @@ struct UnprivilegedUserTests {
         }
         let latency = try rootStatusLatencies(daemon)
         print("unit lookup flood: GetStatus p99 \(latency.p99) ms (slowest \(latency.max) ms), daemon grew \(latency.peakKiB - rssBefore) KiB at most")
-        #expect(latency.p99 < 100, "root's GetStatus p99 \(latency.p99) ms, slowest \(latency.max) ms")
+        #expect(latency.p99 < 100 && latency.max < 500, "root's GetStatus p99 \(latency.p99) ms, slowest \(latency.max) ms")
         // The first answer is a clear one: not found, or searched too much this second.
         let first = try intruders[0].run("read")
         #expect(Intruder.isError(first, "io.bgtaskd.Manager.NoSuchApp") || Intruder.isError(first, "io.bgtaskd.App.LimitExceeded"),

@@ -1,0 +1,80 @@
+import BGTaskSystem
+import Glibc
+import Testing
+import TestSupport
+import Varlink
+
+/// Findings 6 and 14 of the second review: a tracked app's workers, however they came to be.
+extension TrackedContainmentTests {
+    /// An app that registers, then double-forks a worker which either calls `BeginTask` at
+    /// once (`call`) or execs `/bin/sleep` from a thread other than its main one (`exec`);
+    /// prints `{"worker": PID, ...}`.
+    static let escapingApp = #"""
+    import json, os, signal, socket, sys, threading, time
+    path, how = sys.argv[1], sys.argv[2]
+    def connect():
+        s = socket.socket(socket.AF_UNIX); s.connect(path); return s
+    def call(s, method, params):
+        s.sendall(json.dumps({"method": method, "parameters": params}).encode() + b"\0")
+        reply = b""
+        while not reply.endswith(b"\0"): reply += s.recv(4096)
+        return json.loads(reply[:-1])
+    call(connect(), "io.bgtaskd.App.GetTimeRemaining", {})
+    r, w = os.pipe()
+    if os.fork() == 0:
+        if os.fork() == 0:
+            if how == "call":
+                reply = call(connect(), "io.bgtaskd.App.BeginTask", {"name": "worker"})
+                os.write(w, json.dumps({"worker": os.getpid(), "reply": reply}).encode() + b"\n")
+                signal.pause()
+            else:
+                os.write(w, json.dumps({"worker": os.getpid()}).encode() + b"\n")
+                threading.Thread(target=lambda: os.execv("/bin/sleep", ["sleep", "600"])).start()
+                time.sleep(600)
+            os._exit(0)
+        os._exit(0)
+    os.wait()
+    print(os.fdopen(r).readline().strip(), flush=True)
+    signal.pause()
+    """#
+
+    static func startEscaping(_ how: String, daemon: TestDaemon) throws -> (app: Spawned, worker: Pidfd, line: JSON) {
+        let app = try Spawned("/usr/bin/python3", ["-c", Self.escapingApp, daemon.socketPath, how])
+        let line = try JSON.parse(try #require(try app.readLine(timeout: 10)))
+        let pid = try #require(line["worker"]?.intValue)
+        return (app, try Pidfd.open(pid: Int32(pid)), line)
+    }
+
+    /// 14: the worker's call was resolved before its fork event was read, so it became an
+    /// app of its own (and a member of its app, frozen with it) holding the task.
+    @Test(.enabled(if: getuid() == 0 && Host.inInitialNamespaces,
+                   "needs CAP_NET_ADMIN in the initial namespaces for the process-events connector"))
+    func aDoubleForkedWorkerCallingAtOnceIsItsAppsNotAnAppOfItsOwn() throws {
+        let daemon = try TestDaemon()
+        let (app, worker, line) = try Self.startEscaping("call", daemon: daemon)
+        // The worker left the app's tree: it is killed here, or it would outlive the test
+        // (holding the test's stderr open, which `swift test` waits on).
+        defer { try? worker.send(signal: SIGKILL) }
+        #expect(line["reply"]?["parameters"]?["taskId"]?.intValue != nil, "\(line.serialized)")
+        let apps = try daemon.apps()
+        #expect(apps.count == 1 && apps.first?["pid"]?.intValue == Int64(app.pid), "\(apps.map(\.serialized))")
+        let tasks = try daemon.tasks()
+        #expect(tasks.count == 1 && tasks.first?["appPid"]?.intValue == Int64(app.pid)
+                && tasks.first?["pid"]?.intValue == Int64(worker.pid))
+    }
+
+    /// 6: a worker that execs from a thread other than its main one: the old leader's exit is
+    /// reported, but the process lives on; it stays a member, stopped and killed with its app.
+    @Test(.enabled(if: getuid() == 0 && Host.inInitialNamespaces,
+                   "needs CAP_NET_ADMIN in the initial namespaces for the process-events connector"))
+    func aWorkerThatExecsFromAThreadStaysInItsApp() throws {
+        let daemon = try TestDaemon(["BackgroundTimeSec=1s", "ExpirationWarningSec=0"])
+        let (app, worker, _) = try Self.startEscaping("exec", daemon: daemon)
+        defer { try? worker.send(signal: SIGKILL) }
+        try waitUntil("the worker is sleep") { (try? ProcStat.read(pid: worker.pid))?.command == "sleep" }
+        try daemon.setState(app.pid, "background")
+        try waitUntil("the app and its worker stopped") { processState(app.pid) == "T" && processState(worker.pid) == "T" }
+        #expect(try daemon.ctl(["terminate", String(app.pid)]).0 == 0)
+        try waitUntil("the worker killed with its app") { worker.hasExited }
+    }
+}
