@@ -145,6 +145,12 @@ public struct Cgroup: Equatable, Sendable {
         try write(frozen ? "1" : "0", to: "cgroup.freeze")
     }
 
+    /// Whether this cgroup's own `cgroup.freeze` says `1` (what was asked of it; `isFrozen`
+    /// is what the kernel did, which an ancestor's freeze also makes true).
+    public func freezeRequested() throws(Errno) -> Bool {
+        String(decoding: try readFile(directory + "/cgroup.freeze"), as: UTF8.self).hasPrefix("1")
+    }
+
     /// `frozen 1` in `cgroup.events`.
     public func isFrozen() throws(Errno) -> Bool {
         let text = String(decoding: try readFile(directory + "/cgroup.events"), as: UTF8.self)
