@@ -168,12 +168,16 @@ int call(bgtask_app *app, const char *method, const char *parameters, json_value
         if (ready < 0 && errno != EINTR) r = -errno;
         if (ready <= 0) continue;
         r = read_available(app->call_fd, &in);
-        if (r == -ECONNRESET && in.length) r = 0;
         if (in.length) nul = memchr(in.data, 0, in.length);
+        if (r == -ECONNRESET && nul) r = 0;  /* the whole reply, then the end: the reply counts */
+        /* else the end came mid-reply: an error now, not a spin on a readable EOF */
         if (r == 0 && !nul && in.length > MAX_MESSAGE) r = -EMSGSIZE;
     }
     if (r == 0) r = json_parse(in.data, (size_t)(nul - in.data), reply);
-    if (r == 0 && nul + 1 != in.data + in.length) r = -EPROTO;  /* more than one reply: out of step */
+    if (r == 0 && nul + 1 != in.data + in.length) {  /* more than one reply: out of step */
+        json_free(reply);
+        r = -EPROTO;
+    }
     free(in.data);
     if (r < 0) {
         close(app->call_fd);  /* broken or out of step: start afresh next time */

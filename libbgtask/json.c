@@ -1,11 +1,30 @@
+#define _GNU_SOURCE
 #include "json.h"
 
 #include <errno.h>
+#include <locale.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define MAX_DEPTH 64
+
+/* JSON numbers are read in the C locale, whatever the app set with setlocale(): under
+ * de_DE.UTF-8 strtod stops at the '.' of 5.0 (every GTK or Qt app sets its locale). Made once,
+ * never freed; two threads racing to make it may each make one, and one is kept. */
+static locale_t c_locale(void) {
+    static locale_t made;
+    locale_t current = __atomic_load_n(&made, __ATOMIC_ACQUIRE);
+    if (current) return current;
+    locale_t fresh = newlocale(LC_ALL_MASK, "C", (locale_t)0);
+    if (!fresh) return (locale_t)0;
+    locale_t expected = (locale_t)0;
+    if (!__atomic_compare_exchange_n(&made, &expected, fresh, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        freelocale(fresh);
+        return expected;
+    }
+    return fresh;
+}
 
 typedef struct {
     const char *text;
@@ -163,7 +182,9 @@ static int parse_value(parser *p, json_value *v, int depth) {
         digits[n] = 0;
         char *end;
         v->type = JSON_NUMBER;
-        v->number = strtod(digits, &end);
+        locale_t c = c_locale();
+        if (!c) return -ENOMEM;
+        v->number = strtod_l(digits, &end, c);
         if (*end || !isfinite(v->number)) return -EBADMSG;
     } else {
         return -EBADMSG;

@@ -3,7 +3,10 @@
  * subscription (a daemon that is buggy, or not bgtaskd at all) are split into messages,
  * parsed, and applied to an app holding three tasks, whose handlers end their tasks, as an
  * app's would. Nothing may crash, leak or loop; every string the JSON reader returns must
- * survive being written back as JSON; every handler runs at most once per task.
+ * survive being written back as JSON; every number must read as the C locale reads it
+ * (scripts/fuzz runs the target under a locale whose decimal point is a comma); every handler
+ * runs at most once per task. The same bytes are also a reply to a call (`call`), followed by
+ * the end of the connection: it must neither leak, nor wait for its timeout.
  *
  * Built by scripts/fuzz with clang -fsanitize=fuzzer,address (the library's own files are
  * included, so their static functions are reachable).
@@ -11,6 +14,8 @@
 #include "../../libbgtask/bgtask-state.c"
 
 #include <assert.h>
+#include <locale.h>
+#include <sys/socket.h>
 
 static int handled[4];
 
@@ -25,6 +30,15 @@ static void expired(bgtask_app *app, uint64_t id, bgtask_expiration_reason reaso
 }
 
 static void check_strings(const json_value *v) {
+    if (v->type == JSON_NUMBER) {
+        char digits[64];
+        size_t n = v->text_length < sizeof(digits) - 1 ? v->text_length : sizeof(digits) - 1;
+        memcpy(digits, v->text, n);
+        digits[n] = 0;
+        static locale_t c;
+        if (!c) c = newlocale(LC_ALL_MASK, "C", (locale_t)0);
+        assert(strtod_l(digits, NULL, c) == v->number);
+    }
     if (v->type == JSON_STRING) {
         char *text = NULL;
         size_t length = 0, capacity = 0;
@@ -37,7 +51,30 @@ static void check_strings(const json_value *v) {
     for (size_t i = 0; i < v->count; i++) check_strings(&v->items[i]);
 }
 
+/* The input as the reply to a call, then the end of the connection. */
+static void as_reply(const uint8_t *data, size_t size) {
+    if (size > 65536) return;
+    int pair[2];
+    assert(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) == 0);
+    assert(send(pair[1], data, size, MSG_NOSIGNAL) == (ssize_t)size);
+    shutdown(pair[1], SHUT_WR);
+    bgtask_app app = {.call_fd = pair[0], .connected = true, .timeout_usec = 10 * 1000 * 1000};
+    uint64_t start = now_ns();
+    json_value reply;
+    int r = call(&app, "GetTimeRemaining", "{}", &reply);
+    assert(now_ns() - start < NSEC_PER_SEC);  /* the end of input is an answer, not a wait */
+    if (r == 0) json_free(&reply);
+    if (app.call_fd >= 0) close(app.call_fd);
+    close(pair[1]);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    static bool localized;
+    if (!localized) {
+        setlocale(LC_ALL, "");  /* LC_ALL and LOCPATH from scripts/fuzz */
+        localized = true;
+    }
+    as_reply(data, size);
     bgtask_app *app = calloc(1, sizeof(*app));
     app->n_ref = 1;
     app->socket_path = strdup("/nonexistent/io.bgtaskd");

@@ -1,0 +1,132 @@
+/*
+ * libbgtask against a broken or hostile peer (finding 11 of the second review), built with
+ * ASan and UBSan by Tests/EndToEndTests/CLibraryHostilePeerTests.swift, which reads what it
+ * prints: one "ok NAME" or "fail NAME: why" a check. A child process plays the daemon on a
+ * socket of its own, answering each call on a connection with what the check needs; at
+ * exit LeakSanitizer fails the run if anything leaked.
+ *
+ *   hostile_peer_test DIR   (DIR: a directory for the socket; LC_ALL may name a locale whose
+ *                            decimal point is a comma, found through LOCPATH)
+ */
+#define _GNU_SOURCE
+#include "bgtask-internal.h"
+
+#include <errno.h>
+#include <locale.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int failures;
+static void check(int condition, const char *name, const char *why) {
+    if (condition) printf("ok %s\n", name);
+    else { printf("fail %s: %s\n", name, why); failures++; }
+    fflush(stdout);
+}
+
+/* The peer: for each connection, reads one message, then writes `answer` (of `length`
+ * bytes) and, if `hang_up`, closes; else waits for the next message. */
+static pid_t start_peer(const char *path, const char *answer, size_t length, int hang_up) {
+    int listener = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un address = {.sun_family = AF_UNIX};
+    snprintf(address.sun_path, sizeof(address.sun_path), "%s", path);
+    unlink(path);
+    if (bind(listener, (struct sockaddr *)&address, sizeof(address)) < 0 || listen(listener, 16) < 0) {
+        perror("peer");
+        exit(2);
+    }
+    pid_t pid = fork();
+    if (pid != 0) {
+        close(listener);
+        return pid;
+    }
+    for (;;) {
+        int fd = accept(listener, NULL, NULL);
+        if (fd < 0) _exit(0);
+        char buffer[65536];
+        for (;;) {
+            ssize_t n = read(fd, buffer, sizeof(buffer));
+            if (n <= 0) break;
+            if (write(fd, answer, length) < 0) break;
+            if (hang_up) break;
+        }
+        close(fd);
+    }
+}
+
+static void stop_peer(pid_t pid) {
+    kill(pid, SIGKILL);  /* our own child, just forked */
+    waitpid(pid, NULL, 0);
+}
+
+static bgtask_app *fake_app(const char *path) {
+    bgtask_app *app = calloc(1, sizeof(*app));
+    app->socket_path = strdup(path);
+    app->epoll_fd = app->timer_fd = app->subscription_fd = app->call_fd = app->send_fd = -1;
+    app->connected = true;
+    app->timeout_usec = 2 * 1000 * 1000;
+    return app;
+}
+
+static void free_app(bgtask_app *app) {
+    if (app->call_fd >= 0) close(app->call_fd);
+    free(app->socket_path);
+    free(app);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) return 2;
+    char path[256];
+    snprintf(path, sizeof(path), "%s/peer.sock", argv[1]);
+
+    /* An extra message after each reply: the call is out of step (-EPROTO), and the reply it
+     * parsed is freed (it leaked: 2,000 calls, 394 MB). */
+    static const char extra[] = "{\"parameters\":{\"state\":\"foreground\"}}\0{\"parameters\":{}}";
+    pid_t peer = start_peer(path, extra, sizeof(extra), 0);
+    bgtask_app *app = fake_app(path);
+    int refused = 0;
+    for (int i = 0; i < 2000; i++) {
+        json_value reply;
+        if (call(app, "GetTimeRemaining", "{}", &reply) == -EPROTO) refused++;
+    }
+    check(refused == 2000, "extra-message-is-out-of-step", "a call with two replies was not -EPROTO");
+    free_app(app);
+    stop_peer(peer);
+
+    /* Half a reply, then the end: an error at once, not a spin at 100% CPU until the timeout. */
+    static const char half[] = "{\"parameters\":{\"sta";
+    peer = start_peer(path, half, sizeof(half) - 1, 1);
+    app = fake_app(path);
+    json_value reply;
+    int r = call(app, "GetTimeRemaining", "{}", &reply);
+    char why[64];
+    snprintf(why, sizeof(why), "returned %d, not -ECONNRESET", r);
+    check(r == -ECONNRESET, "end-mid-reply-is-an-error", why);
+    free_app(app);
+    stop_peer(peer);
+
+    /* Numbers whatever the app's locale: under de_DE.UTF-8 every fraction was -EBADMSG. */
+    const char *locale = setlocale(LC_ALL, "");
+    if (locale && strcmp(localeconv()->decimal_point, ",") == 0) {
+        static const char message[] = "{\"transitionTimeout\":5.0,\"backgroundTimeRemaining\":2.5e1}";
+        json_value value;
+        int parsed = json_parse(message, sizeof(message) - 1, &value);
+        double timeout = 0, remaining = 0;
+        if (parsed == 0) {
+            json_get_number(&value, "transitionTimeout", &timeout);
+            json_get_number(&value, "backgroundTimeRemaining", &remaining);
+            json_free(&value);
+        }
+        check(parsed == 0 && timeout == 5.0 && remaining == 25.0, "numbers-in-a-comma-locale",
+              parsed ? "not parsed" : "parsed wrong");
+    } else {
+        printf("skip numbers-in-a-comma-locale: no locale with a decimal comma (LC_ALL=%s)\n", getenv("LC_ALL"));
+    }
+    unlink(path);
+    return failures ? 1 : 0;
+}
