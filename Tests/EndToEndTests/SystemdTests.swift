@@ -71,7 +71,7 @@ import TestSupport
         "reload-keeps-clients", "reload-applies-background-time", "monitor-still-served-after-reload",
         "bad-reload-refused", "journal-fields", "watchdog-restart", "ctl-status-after-restart", "watchdog-logged",
         "restart-keeps-state", "resumed-after-restart", "task-ended-after-restart",
-        "scope-frozen-by-unit", "scope-listed-as-unit", "unit-refusals", "scope-terminated-whole",
+        "scope-frozen-by-unit", "scope-listed-as-unit", "slice-thaw-frozen-again", "unit-refusals", "scope-terminated-whole",
         "process-app-isolated-in-scope", "isolated-app-frozen-whole", "isolated-app-terminated-whole",
     ]
 

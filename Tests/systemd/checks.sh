@@ -172,6 +172,20 @@ if [ "$refused" = 0 ] && ! grep -q '^frozen 1' /sys/fs/cgroup/init.scope/cgroup.
 else
     fail unit-refusals "init.scope, bgtaskd.service or system.slice accepted"
 fi
+# systemd thawing a slice thaws its member units (newer systemd does it around system sleep):
+# an app bgtaskd froze is frozen again, and the thaw logged.
+thawed_scope=/sys/fs/cgroup/bgtaskd.slice/bgtaskd-thawed.scope
+scoped --unit=bgtaskd-thawed --slice=bgtaskd.slice sleep 600 &
+if until_true 5 test -d "$thawed_scope" && "$ctl" background --unit bgtaskd-thawed.scope >/dev/null \
+   && until_true 5 grep -q '^frozen 1' "$thawed_scope/cgroup.events" \
+   && systemctl freeze bgtaskd.slice && systemctl thaw bgtaskd.slice \
+   && until_true 5 sh -c "journalctl -u bgtaskd.service --no-pager | grep -q 'bgtaskd-thawed.scope/cgroup.freeze set to 0'" \
+   && until_true 5 grep -q '^frozen 1' "$thawed_scope/cgroup.events"; then
+    ok slice-thaw-frozen-again
+else
+    fail slice-thaw-frozen-again "$(cat "$thawed_scope/cgroup.events" 2>&1 | tr '\n' ' ') $(journalctl -u bgtaskd.service --no-pager | tail -2 | tr '\n' ' ')"
+fi
+"$ctl" terminate --unit bgtaskd-thawed.scope >/dev/null
 "$ctl" foreground --unit bgtaskd-app.scope >/dev/null
 if until_true 5 grep -q '^frozen 0' "$app_scope/cgroup.events" && "$ctl" terminate --unit bgtaskd-app.scope \
    && until_true 5 sh -c "[ ! -d $app_scope ]"; then
