@@ -1,20 +1,34 @@
-/// What an app is, for matching policies (DESIGN.md §2b): its unit's name, the path of its
-/// process's executable, its user.
+/// What an app is, for matching policies (DESIGN.md §2b): its unit's name and whose manager
+/// the unit is, the path of its process's executable, its user.
 public struct AppFacts: Equatable, Sendable {
     public var unit: String?
+    /// Whether the unit is a user manager's (it lives under a `user@UID.service`), matched by
+    /// `UserUnit=`; else the system's, matched by `Unit=`. Any user can make a cgroup of any
+    /// name in its own subtree: a name alone proves nothing, where it lives does.
+    public var userUnit: Bool
+    /// The executable, only where the file at that path in the daemon's view is the one the
+    /// process runs (same device and inode): a path seen through another mount namespace
+    /// (a user's bind mount over `/usr/bin/sleep`) proves nothing.
     public var executable: String?
     public var uid: UInt32
     public var user: String?
 
-    public init(unit: String? = nil, executable: String? = nil, uid: UInt32, user: String? = nil) {
+    public init(unit: String? = nil, userUnit: Bool = false, executable: String? = nil, uid: UInt32, user: String? = nil) {
         self.unit = unit
+        self.userUnit = userUnit
         self.executable = executable
         self.uid = uid
         self.user = user
     }
+
+    /// Whether the unit cgroup at `path` is a user manager's.
+    public static func isUserUnit(path: String) -> Bool {
+        path.split(separator: "/").contains { $0.hasPrefix("user@") && $0.hasSuffix(".service") }
+    }
 }
 
-/// One `*.policy` file, systemd-networkd style: `[Match]` (`Unit=`, `Executable=`, `User=`:
+/// One `*.policy` file, systemd-networkd style: `[Match]` (`Unit=` for the system's units,
+/// `UserUnit=` for units of users' managers, as `journalctl -u`/`--user-unit`; `Executable=`, `User=`:
 /// whitespace-separated globs, any of which may match; every key given must match; none
 /// given matches every app) and `[Policy]` (`Exempt=`, `DailyBackgroundSec=`, `MaxTasks=`,
 /// and the per-app keys of `bgtaskd.conf`'s `[Background]` and `[Enforcement]`).
@@ -23,6 +37,7 @@ public struct AppPolicy: Equatable, Sendable {
     public var name: String
     public var file: String
     public var units: [String] = []
+    public var userUnits: [String] = []
     public var executables: [String] = []
     public var users: [String] = []
     /// Never suspended or terminated for background time; tasks granted with no deadline.
@@ -56,6 +71,7 @@ public struct AppPolicy: Equatable, Sendable {
             let words = entry.value.split(whereSeparator: { $0 == " " || $0 == "\t" }).map(String.init)
             switch (entry.section, entry.key) {
             case ("Match", "Unit"): units = words.isEmpty ? [] : units + words
+            case ("Match", "UserUnit"): userUnits = words.isEmpty ? [] : userUnits + words
             case ("Match", "Executable"):
                 guard words.allSatisfy({ $0.hasPrefix("/") || $0.hasPrefix("*") }) else {
                     throw fail(entry.line, "Executable: expected absolute paths (or globs), got '\(entry.value)'")
@@ -105,7 +121,8 @@ public struct AppPolicy: Equatable, Sendable {
         let user = users.isEmpty || users.contains { pattern in
             Glob.matches(pattern, String(facts.uid)) || facts.user.map { Glob.matches(pattern, $0) } == true
         }
-        return any(units, facts.unit) && any(executables, facts.executable) && user
+        return any(units, facts.userUnit ? nil : facts.unit) && any(userUnits, facts.userUnit ? facts.unit : nil)
+            && any(executables, facts.executable) && user
     }
 }
 

@@ -15,8 +15,20 @@ extension Daemon {
     }
 
     func facts(pid: Int32, uid: UInt32, unit: String?) -> AppFacts {
-        AppFacts(unit: unit.map(AppUnit.name(ofPath:)), executable: Host.executable(pid: pid), uid: uid,
-                 user: Host.userName(uid: uid))
+        AppFacts(unit: unit.map(AppUnit.name(ofPath:)), userUnit: unit.map(AppFacts.isUserUnit(path:)) ?? false,
+                 executable: Host.executable(pid: pid), uid: uid, user: userName(uid: uid))
+    }
+
+    /// User names, looked up only when a policy matches `User=` by name (NSS may be LDAP or
+    /// SSSD, and block the loop), and then at most once a minute per uid, for 4,096 uids.
+    func userName(uid: UInt32) -> String? {
+        guard policies.policies.contains(where: { $0.users.contains { UInt32($0) == nil } }) else { return nil }
+        let now = loop.now
+        if let cached = userNames[uid], now - cached.at < 60_000_000_000 { return cached.name }
+        if userNames.count >= 4096 { userNames.removeAll(keepingCapacity: true) }
+        let name = Host.userName(uid: uid)
+        userNames[uid] = (name, now)
+        return name
     }
 
     /// Matches every app again (after a reload or a restart): the new policy applies from
@@ -33,6 +45,7 @@ extension Daemon {
     static func describe(_ policy: AppPolicy) -> String {
         var lines: [String] = ["[Match]"]
         if !policy.units.isEmpty { lines.append("Unit=" + policy.units.joined(separator: " ")) }
+        if !policy.userUnits.isEmpty { lines.append("UserUnit=" + policy.userUnits.joined(separator: " ")) }
         if !policy.executables.isEmpty { lines.append("Executable=" + policy.executables.joined(separator: " ")) }
         if !policy.users.isEmpty { lines.append("User=" + policy.users.joined(separator: " ")) }
         lines.append("[Policy]")

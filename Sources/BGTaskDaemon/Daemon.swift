@@ -28,6 +28,8 @@ public final class Daemon {
     /// Waits for an app's processes to land in the scope asked for.
     var scopeTimers: [ProcessIdentity: EventSource] = [:]
     var history = History(capacity: 1024)
+    /// User names by uid, and when each was looked up (`userName(uid:)`).
+    var userNames: [UInt32: (name: String?, at: Int64)] = [:]
     /// Cgroup directories each uid's unit lookups searched in the current second.
     var unitSearches: [UInt32: (second: Int64, directories: Int)] = [:]
     let startedAt = Clock.monotonicNanoseconds()

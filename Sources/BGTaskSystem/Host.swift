@@ -44,13 +44,21 @@ public enum Host {
     }
 
     /// The path of `pid`'s executable (`/proc/PID/exe`): the kernel's, not the process's own
-    /// claim. `nil` where it cannot be read (another user's process, without `CAP_SYS_PTRACE`).
+    /// claim, and only if the file at that path, as this process sees it, is the very file
+    /// the process runs (same device and inode). The link shows the path in the process's own
+    /// mount namespace: a user who bind-mounted another program over `/usr/bin/sleep` there
+    /// shows `/usr/bin/sleep`. `nil` where it cannot be read (another user's process, without
+    /// `CAP_SYS_PTRACE`), was deleted, or is not the file at its path.
     public static func executable(pid: Int32) -> String? {
         var buffer = [CChar](repeating: 0, count: 4097)
         let length = readlink("/proc/\(pid)/exe", &buffer, 4096)
         guard length > 0 else { return nil }
         let path = String(decoding: buffer[..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        return path.hasSuffix(" (deleted)") ? nil : path
+        guard !path.hasSuffix(" (deleted)") else { return nil }
+        var running = stat(), named = stat()
+        guard stat("/proc/\(pid)/exe", &running) == 0, stat(path, &named) == 0,
+              running.st_dev == named.st_dev, running.st_ino == named.st_ino else { return nil }
+        return path
     }
 
     /// The environment variable `name`, if set. `getenv(3)`

@@ -7,7 +7,7 @@ import Testing
     static let terminal = """
     # /etc/bgtaskd/policy.d/50-terminal.policy
     [Match]
-    Unit=app-*Terminal*.scope vte-spawn-*.scope
+    UserUnit=app-*Terminal*.scope vte-spawn-*.scope
     Executable=/usr/bin/foot
     User=alice
 
@@ -21,7 +21,7 @@ import Testing
     @Test func aPolicyFileParsesIntoItsRules() throws {
         let policy = try AppPolicy(file: "/etc/bgtaskd/policy.d/50-terminal.policy", text: Self.terminal, base: Configuration())
         #expect(policy.name == "50-terminal")
-        #expect(policy.units == ["app-*Terminal*.scope", "vte-spawn-*.scope"] && policy.executables == ["/usr/bin/foot"])
+        #expect(policy.userUnits == ["app-*Terminal*.scope", "vte-spawn-*.scope"] && policy.executables == ["/usr/bin/foot"])
         #expect(policy.exempt && policy.dailyBackground == .seconds(600) && policy.maxTasks == 3)
         #expect(policy.configuration.backgroundTime == .seconds(180) && policy.overrides == ["BackgroundTimeSec"])
         #expect(policy.configuration.expirationWarning == Configuration().expirationWarning)  // the rest is the daemon's
@@ -29,7 +29,7 @@ import Testing
 
     @Test func everyKeyGivenMustMatchAndAnyValueOfAKeyMay() throws {
         let policy = try AppPolicy(file: "50-terminal.policy", text: Self.terminal, base: Configuration())
-        let alice = AppFacts(unit: "vte-spawn-1234.scope", executable: "/usr/bin/foot", uid: 1000, user: "alice")
+        let alice = AppFacts(unit: "vte-spawn-1234.scope", userUnit: true, executable: "/usr/bin/foot", uid: 1000, user: "alice")
         #expect(policy.matches(alice))
         var other = alice
         other.user = "bob"
@@ -41,6 +41,20 @@ import Testing
         #expect(byUID.matches(AppFacts(uid: 1000)) && !byUID.matches(AppFacts(uid: 1001)))
         let everyone = try AppPolicy(file: "99-all.policy", text: "[Policy]\nMaxTasks=2\n", base: Configuration())
         #expect(everyone.matches(AppFacts(uid: 0)))
+    }
+
+    /// Finding 9 of the second review: `mkdir cron.service` in a user's own subtree claimed a
+    /// `Unit=cron.service` policy meant for the system's cron. `Unit=` is the system's units,
+    /// `UserUnit=` users' managers' (as journalctl's `-u` and `--user-unit`).
+    @Test func aUnitPolicyMatchesWhereTheUnitLivesNotItsNameAlone() throws {
+        let cron = try AppPolicy(file: "50-cron.policy", text: "[Match]\nUnit=cron.service\n[Policy]\nExempt=yes\n", base: Configuration())
+        let path = "/user.slice/user-65534.slice/user@65534.service/cron.service"
+        #expect(AppFacts.isUserUnit(path: path) && !AppFacts.isUserUnit(path: "/system.slice/cron.service"))
+        #expect(cron.matches(AppFacts(unit: "cron.service", userUnit: false, uid: 0)))
+        #expect(!cron.matches(AppFacts(unit: "cron.service", userUnit: true, uid: 65534)))
+        let apps = try AppPolicy(file: "50-apps.policy", text: "[Match]\nUserUnit=app-*.scope\n", base: Configuration())
+        #expect(apps.matches(AppFacts(unit: "app-foo-1.scope", userUnit: true, uid: 1000)))
+        #expect(!apps.matches(AppFacts(unit: "app-foo-1.scope", userUnit: false, uid: 0)))
     }
 
     @Test func theFirstFileInLexicalOrderWins() throws {
