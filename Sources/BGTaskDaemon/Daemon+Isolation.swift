@@ -24,7 +24,12 @@ extension Daemon {
         let name = Isolation.scopeName(pid: app.pid)
         let slice: String? = if case let .system(slice) = isolation { slice } else { nil }
         writeState()  // the app is on disk before its process is moved
+        let id = nextManagerRequest
+        nextManagerRequest += 1
+        managerRequests[id] = manager
         manager.startScope(name, pids: pids, slice: slice, description: "bgtaskd app \(app.pid)") { [unowned self] error in
+            // Done with this connection; dropped on the next pass, not inside its own callback.
+            if let manager = managerRequests.removeValue(forKey: id) { retiredManagers.append(manager) }
             if let error {
                 log(.warning, "App \(app) not moved into a scope of its own (\(name)): \(error)")
                 return
@@ -53,22 +58,46 @@ extension Daemon {
         }
     }
 
-    /// The manager for `isolation`, connected once and kept; `nil` (logged once) when it
-    /// cannot be reached.
+    /// How long a manager that could not be reached (or vouched for) is not tried again.
+    static let managerRetryDelay: Int64 = 60_000_000_000
+
+    /// A new connection to the manager for `isolation`, checked to be that manager: a user's
+    /// socket lives in a directory the user owns, so whoever listens there must be the user's
+    /// own `systemd --user` (its uid, in `user@UID.service/init.scope`), and the system's must
+    /// be root's in `/init.scope`. `nil` (logged, retried after a minute) otherwise.
     private func manager(for isolation: Isolation) -> ServiceManager? {
-        let address = switch isolation {
-        case let .user(uid): ServiceManager.userAddress(uid: uid)
-        case .system: ServiceManager.systemAddress
+        let path: String
+        let vouch: (ServiceManager.Listener) -> String?
+        switch isolation {
+        case let .user(uid):
+            path = ServiceManager.userPath(uid: uid)
+            vouch = { listener in
+                guard listener.uid == uid else { return "listened on by uid \(listener.uid), not \(uid)" }
+                guard let cgroup = Cgroup.of(pid: listener.pid)?.path,
+                      cgroup.hasSuffix("/user@\(uid).service/init.scope") else {
+                    return "listened on by pid \(listener.pid), not user@\(uid).service's manager"
+                }
+                return nil
+            }
+        case .system:
+            path = ServiceManager.systemPath
+            vouch = { listener in
+                guard listener.uid == 0, listener.pid == 1 || Cgroup.of(pid: listener.pid)?.path == "/init.scope" else {
+                    return "listened on by pid \(listener.pid) (uid \(listener.uid)), not the system manager"
+                }
+                return nil
+            }
         }
-        if let manager = managers[address] { return manager }
-        guard !unreachableManagers.contains(address) else { return nil }
+        if let until = unreachableManagers[path], loop.now < until { return nil }
         do {
-            let manager = try ServiceManager(address: address, loop: loop)
-            managers[address] = manager
+            let manager = try ServiceManager(path: path, loop: loop, vouch: vouch)
+            unreachableManagers[path] = nil
             return manager
         } catch {
-            unreachableManagers.insert(address)
-            log(.notice, "Apps are not moved into scopes through \(address): \(error)")
+            if unreachableManagers[path] == nil {
+                log(.notice, "Apps are not moved into scopes through \(path): \(error); trying again in a minute")
+            }
+            unreachableManagers[path] = loop.now + Self.managerRetryDelay
             return nil
         }
     }

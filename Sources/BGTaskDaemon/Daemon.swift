@@ -22,9 +22,12 @@ public final class Daemon {
     var tracker: Tracker?
     /// Why there is no tracker, for the start-up log.
     var trackerUnavailable: String?
-    /// systemd managers by address, for `IsolateApps=`; those that could not be reached.
-    var managers: [String: ServiceManager] = [:]
-    var unreachableManagers: Set<String> = []
+    /// Connections to systemd managers awaiting their answer, for `IsolateApps=`; those
+    /// answered (dropped at the next pass); sockets that could not be reached, until when.
+    var managerRequests: [UInt64: ServiceManager] = [:]
+    var nextManagerRequest: UInt64 = 1
+    var retiredManagers: [ServiceManager] = []
+    var unreachableManagers: [String: Int64] = [:]
     /// Waits for an app's processes to land in the scope asked for.
     var scopeTimers: [ProcessIdentity: EventSource] = [:]
     var history = History(capacity: 1024)
@@ -172,6 +175,7 @@ public final class Daemon {
     /// timer at the next deadline and keep `STATUS=` current.
     func pass(_ body: (Instant) -> Void) {
         let now = self.now
+        if !retiredManagers.isEmpty { retiredManagers.removeAll() }
         // Before an app is terminated for time, what it already sent is read (rule 7a).
         let facing = model.appsFacingTermination(at: now)
         if !facing.isEmpty { readWaiting(from: facing) }

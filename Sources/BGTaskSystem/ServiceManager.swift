@@ -3,20 +3,37 @@ import Glibc
 
 /// A systemd manager (the system's, or one user's), reached over its private socket: moves
 /// processes into a transient scope of their own. Asynchronous on the event loop: the
-/// answer comes to a closure, nothing waits. `sd-bus(3)`, `org.freedesktop.systemd1(5)`
+/// answer comes to a closure, nothing waits. One connection per request: it is dropped once
+/// answered, so a dead manager is never kept, and a peer that sends anything unasked is cut
+/// off (its messages are not queued). `sd-bus(3)`, `org.freedesktop.systemd1(5)`
 public final class ServiceManager {
     private let bus: OpaquePointer
 
     /// The system manager's private socket.
-    public static let systemAddress = "unix:path=/run/systemd/private"
+    public static let systemPath = "/run/systemd/private"
 
     /// User `uid`'s manager's private socket (it admits that user and root).
-    public static func userAddress(uid: UInt32) -> String { "unix:path=/run/user/\(uid)/systemd/private" }
+    public static func userPath(uid: UInt32) -> String { "/run/user/\(uid)/systemd/private" }
 
-    /// Connects to the manager at `address` (`systemAddress`, `userAddress(uid:)`).
-    public init(address: String, loop: EventLoop) throws(Errno) {
+    /// Who listens on a manager's socket, from the kernel.
+    public struct Listener: Sendable {
+        public var pid: Int32
+        public var uid: UInt32
+    }
+
+    /// Connects to the manager at `path` (`systemPath`, `userPath(uid:)`) without following
+    /// a symbolic link on the way, and goes on only if `vouch` accepts who listens there
+    /// (`nil`; else why not, thrown as `EPERM` before a word is sent).
+    public init(path: String, loop: EventLoop, vouch: (Listener) -> String?) throws(Errno) {
+        var peer = bgtask_ucred()
+        let fd = bgtask_manager_connect(path, &peer)
+        guard fd >= 0 else { throw Errno(-fd, "connect to \(path) (no symbolic links followed)") }
+        if let refusal = vouch(Listener(pid: peer.pid, uid: peer.uid)) {
+            Glibc.close(fd)
+            throw Errno(EPERM, "\(path): \(refusal)")
+        }
         var bus: OpaquePointer?
-        try systemdCall("sd-bus connect to \(address)") { bgtask_manager_bus_open(address, loop.event, &bus) }
+        try systemdCall("sd-bus on \(path)") { bgtask_manager_bus_open(fd, loop.event, &bus) }
         self.bus = bus!
     }
 

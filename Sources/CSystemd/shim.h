@@ -133,15 +133,75 @@ static inline int bgtask_start_transient_scope(sd_bus *bus, const char *name, co
     return r;
 }
 
-/* A direct (peer-to-peer) connection to a systemd manager's private socket, attached to
- * `event`: the system manager's /run/systemd/private, or a user manager's
- * /run/user/UID/systemd/private (which admits only that user and root). */
-static inline int bgtask_manager_bus_open(const char *address, sd_event *event, sd_bus **out) {
+/* Connects to a systemd manager's private socket at the absolute `path` without following a
+ * symbolic link anywhere on the way (every component opened O_NOFOLLOW: the user owns
+ * /run/user/UID and could point it anywhere), and reads who listens (SO_PEERCRED), so that the
+ * caller can check it before a word is sent. Returns the connected socket or -errno. */
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#ifndef O_PATH
+#define O_PATH 010000000 /* Linux's; fcntl.h defines it only with _GNU_SOURCE */
+#endif
+static inline int bgtask_manager_connect(const char *path, struct bgtask_ucred *peer) {
+    if (path[0] != '/' || strlen(path) >= 4096) return -EINVAL;
+    char copy[4096];
+    strcpy(copy, path);
+    int dir = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0) return -errno;
+    char *component = copy + 1, *slash;
+    while ((slash = strchr(component, '/'))) {
+        *slash = 0;
+        int next = openat(dir, component, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        int e = errno;
+        close(dir);
+        if (next < 0) return -e;
+        dir = next;
+        component = slash + 1;
+    }
+    int node = openat(dir, component, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    int e = errno;
+    close(dir);
+    if (node < 0) return -e;
+    struct stat st;
+    if (fstat(node, &st) < 0 || !S_ISSOCK(st.st_mode)) { close(node); return -ENOTSOCK; }
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) { e = errno; close(node); return -e; }
+    struct sockaddr_un address = {.sun_family = AF_UNIX};
+    snprintf(address.sun_path, sizeof(address.sun_path), "/proc/self/fd/%d", node);
+    int r = connect(fd, (struct sockaddr *)&address, sizeof(address));
+    e = errno;
+    close(node);
+    if (r < 0) { close(fd); return -e; }
+    socklen_t length = sizeof(*peer);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, peer, &length) < 0) { e = errno; close(fd); return -e; }
+    return fd;
+}
+
+/* A manager's reply is all bgtaskd waits for: a method call or signal from the other end
+ * (the real manager sends none unasked) ends the connection, so a peer flooding it with
+ * Peer.Ping cannot make sd-bus queue replies without bound. */
+static int bgtask_manager_filter(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+    (void)userdata;
+    (void)error;
+    uint8_t type = 0;
+    if (sd_bus_message_get_type(m, &type) >= 0 && (type == SD_BUS_MESSAGE_METHOD_CALL || type == SD_BUS_MESSAGE_SIGNAL)) {
+        sd_bus_close(sd_bus_message_get_bus(m));
+        return 1;
+    }
+    return 0;
+}
+
+/* A direct (peer-to-peer) connection on the connected socket `fd` (bgtask_manager_connect),
+ * attached to `event`. Takes `fd` (closed on failure too). */
+static inline int bgtask_manager_bus_open(int fd, sd_event *event, sd_bus **out) {
     sd_bus *bus = NULL;
     int r = sd_bus_new(&bus);
-    if (r < 0) return r;
-    r = sd_bus_set_address(bus, address);
+    if (r < 0) { close(fd); return r; }
+    r = sd_bus_set_fd(bus, fd, fd);
+    if (r < 0) { close(fd); sd_bus_unref(bus); return r; }
     if (r >= 0) r = sd_bus_set_bus_client(bus, 0);
+    if (r >= 0) r = sd_bus_add_filter(bus, NULL, bgtask_manager_filter, NULL);
     if (r >= 0) r = sd_bus_start(bus);
     if (r >= 0) r = sd_bus_attach_event(bus, event, 0);
     if (r < 0) { sd_bus_unref(bus); return r; }
