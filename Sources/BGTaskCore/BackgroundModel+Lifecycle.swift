@@ -33,7 +33,7 @@ extension BackgroundModel {
         if record.phase == .transition, let transitionDeadline = record.transitionDeadline {
             timers.insert(.transitionTimeout(app, epoch: record.epoch), at: transitionDeadline)
         }
-        effects.append(.log(.app(.appExpired, .notice, app, command: record.command,
+        effects.append(.log(.app(.appExpired, .notice, app, uid: record.uid, command: record.command,
                                  "expired by a manager: \(target == .warning ? "warned" : "deadline passed") now")))
         if !record.warned { warn(app, at: now, effects: &effects) }
         if target == .deadline { expire(app, at: now, effects: &effects) }
@@ -59,7 +59,7 @@ extension BackgroundModel {
                 }
             }
             removeApp(process, at: now)
-            effects.append(.log(.app(.appExited, .info, process, command: app.command, "exited; forgotten")))
+            effects.append(.log(.app(.appExited, .info, process, uid: app.uid, command: app.command, "exited; forgotten")))
         }
         var affected: [ProcessIdentity] = []
         for id in (tasksByOwner[process] ?? []).sorted() {
@@ -107,7 +107,7 @@ extension BackgroundModel {
         let budget = exempt ? "no time limit (exempt by \(record.policy!.name))"
             : "\(ConfigurationValue.formatTimeSpan(record.deadline! - now)) of background time"
             + (quotaLeft.map { " (\(ConfigurationValue.formatTimeSpan($0)) of its daily quota left)" } ?? "")
-        effects.append(.log(.app(.appBackgrounded, .info, app, command: record.command, "entered the background with \(budget)")))
+        effects.append(.log(.app(.appBackgrounded, .info, app, uid: record.uid, command: record.command, "entered the background with \(budget)")))
         if record.subscribers > 0 {
             record.transitionDeadline = now + settings.transitionTimeout
             if !exempt { timers.insert(.transitionTimeout(app, epoch: record.epoch), at: record.transitionDeadline!) }
@@ -136,10 +136,10 @@ extension BackgroundModel {
         if wasSuspended {
             effects.append(.act(AppActionRecord(app: app, uid: record.uid, command: record.command, unit: record.unit,
                                                 action: .resumed, reason: .foreground, taskNames: []), signal: nil))
-            effects.append(.log(.app(.appResumed, .notice, app, command: record.command, "resumed: foreground",
+            effects.append(.log(.app(.appResumed, .notice, app, uid: record.uid, command: record.command, "resumed: foreground",
                                      reason: .foreground)))
         } else {
-            effects.append(.log(.app(.appForegrounded, .info, app, command: record.command, "returned to the foreground")))
+            effects.append(.log(.app(.appForegrounded, .info, app, uid: record.uid, command: record.command, "returned to the foreground")))
         }
         for id in record.taskIDs {
             guard var task = tasks[id], task.state == .expiring else { continue }
@@ -170,7 +170,7 @@ extension BackgroundModel {
             expiring.append(id)
             effects.append(.taskChanged(snapshot(task, at: now)))
             let handler = task.expirationHandler ? "" : "; it has no expiration handler"
-            effects.append(.log(.task(.taskWarned, task.expirationHandler ? .info : .warning, id, name: task.name, app: app,
+            effects.append(.log(.task(.taskWarned, task.expirationHandler ? .info : .warning, id, name: task.name, app: app, uid: task.uid,
                                       command: record.command, "expires in \(ConfigurationValue.formatTimeSpan(left))\(handler)")))
         }
         if !expiring.isEmpty {
@@ -209,7 +209,7 @@ extension BackgroundModel {
         apps[app]?.transitionDeadline = nil
         effects.append(.act(AppActionRecord(app: app, uid: record.uid, command: record.command, unit: record.unit,
                                             action: .suspended, reason: reason, taskNames: []), signal: nil))
-        effects.append(.log(.app(.appSuspended, .notice, app, command: record.command, "suspended: \(reason.rawValue)",
+        effects.append(.log(.app(.appSuspended, .notice, app, uid: record.uid, command: record.command, "suspended: \(reason.rawValue)",
                                  reason: reason)))
         settleQuota(app, at: now)
     }
@@ -242,7 +242,7 @@ extension BackgroundModel {
                                             action: .terminated, reason: reason,
                                             taskNames: History.bounded(names)), signal: signal))
         let held = names.isEmpty ? "" : "holding \(History.bounded(names).map { "'\($0)'" }.joined(separator: ", ")) "
-        effects.append(.log(.app(.appTerminated, .warning, app, command: record.command,
+        effects.append(.log(.app(.appTerminated, .warning, app, uid: record.uid, command: record.command,
                                  "\(held)terminated with \(signal): \(reason.rawValue)", reason: reason)))
         settleWatch(app, before: watched, effects: &effects)
     }

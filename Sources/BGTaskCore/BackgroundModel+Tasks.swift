@@ -103,7 +103,7 @@ extension BackgroundModel {
         effects.append(.lifecycle(task.app, uid: task.uid, .taskGranted(id)))
         effects.append(.taskChanged(snapshot(task, at: now)))
         if debugLogging {
-            effects.append(.log(.task(.taskGranted, .debug, id, name: task.name, app: task.app, command: app.command, "granted")))
+            effects.append(.log(.task(.taskGranted, .debug, id, name: task.name, app: task.app, uid: task.uid, command: app.command, "granted")))
         }
         settleQuota(task.app, at: now)
     }
@@ -132,7 +132,7 @@ extension BackgroundModel {
         if state == .ended, !debugLogging { return }
         let kind: LogKind = state == .denied ? .taskDenied : state == .expired ? .taskExpired : .taskEnded
         let verb = state == .denied ? "denied" : state == .expired ? "expired" : "ended"
-        effects.append(.log(.task(kind, state == .ended ? .debug : .notice, task.id, name: task.name, app: task.app,
+        effects.append(.log(.task(kind, state == .ended ? .debug : .notice, task.id, name: task.name, app: task.app, uid: task.uid,
                                   command: apps[task.app]?.command, "\(verb): \(reason.rawValue)", reason: reason)))
     }
 
@@ -176,7 +176,7 @@ extension BackgroundModel {
         guard let task = tasks[id] else { return }
         tasks[id]?.ageWarned = true
         let age = ConfigurationValue.formatTimeSpan(configuration.taskAgeWarning)
-        effects.append(.log(.task(.taskAgeWarning, .warning, id, name: task.name, app: task.app, command: apps[task.app]?.command,
+        effects.append(.log(.task(.taskAgeWarning, .warning, id, name: task.name, app: task.app, uid: task.uid, command: apps[task.app]?.command,
                                   "was begun over \(age) ago; end it when its work is done")))
     }
 }

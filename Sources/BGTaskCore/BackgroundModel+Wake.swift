@@ -22,7 +22,7 @@ extension BackgroundModel {
         case .background:
             effects.append(.lifecycle(app, uid: record.uid, .didWake(reason: reason, payload: payload,
                                                                     backgroundTimeRemaining: remaining(record, at: now))))
-            effects.append(.log(.app(.appWoken, .info, app, command: record.command,
+            effects.append(.log(.app(.appWoken, .info, app, uid: record.uid, command: record.command,
                                      "told of a wake (\(reason)); already in the background, its deadline stays")))
             return .told
         case .suspended:
@@ -39,7 +39,7 @@ extension BackgroundModel {
             apps[app] = record
             effects.append(.act(AppActionRecord(app: app, uid: record.uid, command: record.command, unit: record.unit,
                                                 action: .woken, reason: .wake, taskNames: [], detail: reason), signal: nil))
-            effects.append(.log(.app(.appWoken, .notice, app, command: record.command,
+            effects.append(.log(.app(.appWoken, .notice, app, uid: record.uid, command: record.command,
                                      "woken for \(ConfigurationValue.formatTimeSpan(window)): \(reason)", reason: .wake)))
             effects.append(.lifecycle(app, uid: record.uid, .didWake(reason: reason, payload: payload,
                                                                     backgroundTimeRemaining: window)))

@@ -158,7 +158,7 @@ public struct BackgroundModel {
         record.containment = .scope
         apps[app] = record
         indexUnit(path, of: app)
-        effects.append(.log(.app(.appIsolated, .info, app, command: record.command,
+        effects.append(.log(.app(.appIsolated, .info, app, uid: record.uid, command: record.command,
                                  "moved into scope \(AppUnit.name(ofPath: path)) of its own (containment scope)")))
         return true
     }
@@ -223,7 +223,7 @@ public struct BackgroundModel {
         let containment = unit.map { "as unit \(AppUnit.name(ofPath: $0))" }
             ?? (processContainment == .tree ? "(containment tree: a process that re-parents, by a double fork or setsid, escapes it)"
                 : "(containment \(processContainment.rawValue))")
-        effects.append(.log(.app(.appRegistered, .info, identity, command: process.command,
+        effects.append(.log(.app(.appRegistered, .info, identity, uid: process.uid, command: process.command,
                                  "registered in the foreground \(containment)")))
         return identity
     }

@@ -98,21 +98,24 @@ public struct LogEntry: Equatable, Sendable {
     public var taskID: TaskID?
     public var taskName: String?
     public var reason: String?
+    /// The uid of the app the record is about: the journal's records are shared by every
+    /// user, so each uid's are rate-limited (`Daemon.log`).
+    public var uid: UInt32?
 }
 
 extension LogEntry {
     /// A record about an app: "App pid 1234 (upload) `text`".
-    static func app(_ kind: LogKind, _ priority: Priority, _ app: ProcessIdentity, command: String, _ text: String,
+    static func app(_ kind: LogKind, _ priority: Priority, _ app: ProcessIdentity, uid: UInt32, command: String, _ text: String,
                     reason: ActionReason? = nil) -> LogEntry {
         LogEntry(priority: priority, kind: kind, message: "App \(app) (\(command)) \(text)", app: app,
-                 command: command, reason: reason?.rawValue)
+                 command: command, reason: reason?.rawValue, uid: uid)
     }
 
     /// A record about a task: "Task 42 (upload) of pid 1234 `text`".
-    static func task(_ kind: LogKind, _ priority: Priority, _ id: TaskID, name: String, app: ProcessIdentity,
+    static func task(_ kind: LogKind, _ priority: Priority, _ id: TaskID, name: String, app: ProcessIdentity, uid: UInt32,
                      command: String?, _ text: String, reason: TaskReason? = nil) -> LogEntry {
         LogEntry(priority: priority, kind: kind, message: "Task \(id) (\(name)) of \(app) \(text)", app: app,
-                 command: command, taskID: id, taskName: name, reason: reason?.rawValue)
+                 command: command, taskID: id, taskName: name, reason: reason?.rawValue, uid: uid)
     }
 }
 

@@ -31,6 +31,8 @@ public final class Daemon {
     /// Waits for an app's processes to land in the scope asked for.
     var scopeTimers: [ProcessIdentity: EventSource] = [:]
     var history = History(capacity: 1024)
+    /// Each uid's log records in the current window (`Daemon+Journal`).
+    var logBudgets: [UInt32: (windowStart: Int64, logged: Int, suppressed: Int)] = [:]
     /// User names by uid, and when each was looked up (`userName(uid:)`).
     var userNames: [UInt32: (name: String?, at: Int64)] = [:]
     /// Cgroup directories each uid's unit lookups searched in the current second.
