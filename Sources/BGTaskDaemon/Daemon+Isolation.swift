@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 import BGTaskCore
 import BGTaskSystem
 
@@ -26,10 +27,13 @@ extension Daemon {
         writeState()  // the app is on disk before its process is moved
         let id = nextManagerRequest
         nextManagerRequest += 1
-        managerRequests[id] = manager
+        // A request a peer never answers (or answered by a call, which ends the connection)
+        // is given up after a minute: nothing is kept for a manager that went away.
+        managerRequests = managerRequests.filter { loop.now - $0.value.since < Self.managerRetryDelay }
+        managerRequests[id] = (manager, loop.now)
         manager.startScope(name, pids: pids, slice: slice, description: "bgtaskd app \(app.pid)") { [unowned self] error in
             // Done with this connection; dropped on the next pass, not inside its own callback.
-            if let manager = managerRequests.removeValue(forKey: id) { retiredManagers.append(manager) }
+            if let request = managerRequests.removeValue(forKey: id) { retiredManagers.append(request.manager) }
             if let error {
                 log(.warning, "App \(app) not moved into a scope of its own (\(name)): \(error)")
                 return

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 import BGTaskCore
 import BGTaskSystem
 import Varlink
@@ -24,7 +25,7 @@ public final class Daemon {
     var trackerUnavailable: String?
     /// Connections to systemd managers awaiting their answer, for `IsolateApps=`; those
     /// answered (dropped at the next pass); sockets that could not be reached, until when.
-    var managerRequests: [UInt64: ServiceManager] = [:]
+    var managerRequests: [UInt64: (manager: ServiceManager, since: Int64)] = [:]
     var nextManagerRequest: UInt64 = 1
     var retiredManagers: [ServiceManager] = []
     var unreachableManagers: [String: Int64] = [:]

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 #ifndef BGTASKD_CSYSTEMD_SHIM_H
 #define BGTASKD_CSYSTEMD_SHIM_H
 
@@ -178,14 +179,15 @@ static inline int bgtask_manager_connect(const char *path, struct bgtask_ucred *
     return fd;
 }
 
-/* A manager's reply is all bgtaskd waits for: a method call or signal from the other end
- * (the real manager sends none unasked) ends the connection, so a peer flooding it with
- * Peer.Ping cannot make sd-bus queue replies without bound. */
+/* A manager's reply is all bgtaskd waits for: a method call from the other end (the real
+ * manager makes none) ends the connection, so a peer flooding it with Peer.Ping cannot make
+ * sd-bus queue replies without bound. Signals (the manager sends JobNew and JobRemoved to
+ * every private connection) are read and dropped; nothing queues them. */
 static int bgtask_manager_filter(sd_bus_message *m, void *userdata, sd_bus_error *error) {
     (void)userdata;
     (void)error;
     uint8_t type = 0;
-    if (sd_bus_message_get_type(m, &type) >= 0 && (type == SD_BUS_MESSAGE_METHOD_CALL || type == SD_BUS_MESSAGE_SIGNAL)) {
+    if (sd_bus_message_get_type(m, &type) >= 0 && type == SD_BUS_MESSAGE_METHOD_CALL) {
         sd_bus_close(sd_bus_message_get_bus(m));
         return 1;
     }
