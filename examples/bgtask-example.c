@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bgtask-example.c: the whole background cycle in C, with libbgtask.
  *

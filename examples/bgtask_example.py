@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The whole background cycle from Python, with ctypes on the installed libbgtask.so.0.
 
     BGTASKD_SOCKET=/run/user/$UID/bgtaskd/io.bgtaskd python3 bgtask_example.py &

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libbgtask's internals, shared by its three files (bgtask.c: the API; bgtask-io.c: the
  * sockets and calls; bgtask-state.c: what bgtaskd says, the tasks and the deadlines). Not
  * installed; nothing here is exported (-fvisibility=hidden and libbgtask.sym). */

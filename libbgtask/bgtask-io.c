@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libbgtask: sockets and calls. The caller's calls are a round trip each on their
  * own connection, bounded by the timeout; the library's own calls go out on another without
  * waiting, their replies read when they come (bgtask_app_process). */

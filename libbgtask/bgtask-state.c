@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libbgtask: what bgtaskd says, the tasks, and the library's deadlines; the same rules as
  * the Swift library's ClientState (Sources/BGTaskClient/ClientState.swift). */
 #define _GNU_SOURCE

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * libbgtask: the app's side of bgtaskd in C. The same rules as the Swift library
  * (Sources/BGTaskClient/ClientState.swift): a task's handler runs exactly once with a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * libbgtask: background tasks from bgtaskd, for any program that can call C.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A small JSON reader for bgtaskd's replies (internal to libbgtask). */
 #ifndef BGTASK_JSON_H
 #define BGTASK_JSON_H

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 import Varlink
 
 /// What the daemon says on the Subscribe stream, parsed.

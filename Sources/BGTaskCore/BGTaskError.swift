@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /// An error the model answers a request with. Each maps to one Varlink error name.
 public enum BGTaskError: Error, Equatable, Sendable {
     /// No task with that id is active in the caller's app.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 extension BackgroundModel {
     /// `SetAppState`: moves an app to the background (rule 3) or the foreground (rule 8).
     /// Only `foreground` and `background` can be asked for; asking for the state the app is

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /// What survives a daemon restart (DESIGN.md §5: the state lives in `$RUNTIME_DIRECTORY`):
 /// every app and task with its deadlines, processes waiting for their `SIGKILL`, and the
 /// next task id. Deadlines are `CLOCK_MONOTONIC` instants, which run on across a restart

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /// A stretch of background time an app key used: from `start` to `end`.
 public struct QuotaInterval: Equatable, Sendable {
     public var start: Instant

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 extension BackgroundModel {
     /// `BeginTask` (rule 2): answers at once with a `pending` task; the grant follows after a
     /// latency drawn from [`GrantLatencyMinSec`, `GrantLatencyMaxSec`].

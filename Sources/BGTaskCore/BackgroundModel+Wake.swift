@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /// What `Wake` did.
 public enum WakeOutcome: String, Sendable {
     /// A suspended app was resumed into the background for its window.

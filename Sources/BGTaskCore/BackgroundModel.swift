@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /// The background-execution model: every app and task, and the rules of DESIGN.md §2.
 ///
 /// A value the daemon feeds events to, with time as an argument. Each mutating call appends

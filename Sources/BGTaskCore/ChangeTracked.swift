@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /// A dictionary that remembers which keys changed, so the daemon can save only those.
 ///
 /// Every write goes through the subscript (`_modify` mutates in place: appending to a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /// One configuration key: where it lives, how to read it, how to print it.
 public struct ConfigurationKey: Sendable {
     /// The INI section, e.g. `Background`.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /// How a process is suspended (rule 10).
 public enum SuspendMode: String, CaseIterable, Sendable {
     /// The cgroup freezer when the app has a cgroup of its own, else signals.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /// Parsers and printers for systemd-style values: time spans and sizes.
 public enum ConfigurationValue {
     private static let timeUnits: [(names: [String], nanoseconds: Double)] = [

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /// How an app's processes are held together, so that none escapes (DESIGN.md §2a).
 public enum Containment: String, CaseIterable, Sendable {
     /// The app is a unit's cgroup: every process in it and below it, whatever its parent.

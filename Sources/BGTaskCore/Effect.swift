@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /// A lifecycle event delivered to an app's subscribers (`io.bgtaskd.App.Subscribe`).
 public enum LifecycleEvent: Equatable, Sendable {
     /// `backgroundTimeRemaining` is `nil` for an exempt app: unlimited.

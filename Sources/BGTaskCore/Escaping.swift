@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 extension Unicode.Scalar {
     /// A C0 or C1 control character (Unicode's `Cc`), or a line or paragraph separator: what
     /// a terminal or a log reader may take for more than text.

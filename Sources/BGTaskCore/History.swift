@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /// A suspension, resumption or termination, with the wall-clock time it was carried out.
 public struct HistoryEntry: Equatable, Sendable {
     /// Nanoseconds since the Unix epoch.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /// systemd-style INI text: `[Section]` headers, `Key=Value` lines, `#`/`;` comments. Shared by
 /// `bgtaskd.conf` and the policy files, so both read (and refuse) alike.
 public enum INI {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /// A point on the monotonic clock, in nanoseconds since an arbitrary origin.
 ///
 /// The model never reads a clock: every decision takes `now` as an argument, so tests

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /// What an app is, for matching policies (DESIGN.md §2b): its unit's name and whose manager
 /// the unit is, the path of its process's executable, its user.
 public struct AppFacts: Equatable, Sendable {

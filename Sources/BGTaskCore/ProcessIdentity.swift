@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /// A process, identified so that a recycled pid can never be mistaken for it: the inode of
 /// its pidfd where the kernel has pidfs (Linux ≥ 6.9: unique for the boot, even between two
 /// processes started on the same pid within one clock tick), and the pid with the process's

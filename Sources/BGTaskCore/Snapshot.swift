@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /// An app as listed by `ListApps`, computed at one instant.
 public struct AppSnapshot: Equatable, Sendable {
     /// The app's own process.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /// An app's lifecycle state (DESIGN.md §2). A terminated app is kept only in history.
 public enum AppState: String, CaseIterable, Sendable {
     case foreground, background, suspended, terminated

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /// A min-heap of timers. Entries are never removed early: each is checked against the
 /// model's state when it fires, so cancelling is free and a stale entry costs one wake-up.
 struct TimerQueue {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 import BGTaskCore
 import BGTaskSystem
 import Varlink
@@ -31,7 +32,8 @@ extension Daemon {
             _ = try Parameters(call.parameters, allowed: [])
             return VarlinkReply(parameters: [
                 "vendor": .string("bgtaskd"), "product": .string("bgtaskd"),
-                "version": .string(InterfaceDescription.version), "url": .string("https://github.com/bgtaskd/bgtaskd"),
+                // No URL: the project has no public home yet, and GetInfo says only what is true.
+                "version": .string(InterfaceDescription.version), "url": .string(""),
                 "interfaces": .array([InterfaceDescription.service, "io.bgtaskd.App", "io.bgtaskd.Manager"].map { .string($0) }),
             ])
         case "GetInterfaceDescription":

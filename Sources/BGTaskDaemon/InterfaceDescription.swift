@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /// The interface text served by `org.varlink.service.GetInterfaceDescription`, from the
 /// repository's `io.bgtaskd.varlink`, embedded at build time.
 enum InterfaceDescription {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 import Glibc
 
 /// A cgroup v2 directory: freeze, thaw, kill, list its processes.

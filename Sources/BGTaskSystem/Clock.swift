@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 import Glibc
 
 /// The clocks the daemon reads: once per loop pass, never inside a decision.

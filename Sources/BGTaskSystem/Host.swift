@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 import Glibc
 
 /// Signal numbers the daemon sends or handles, so callers need not import the C library.

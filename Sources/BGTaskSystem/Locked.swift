@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 import Glibc
 
 /// A value shared between threads, reached only under its lock. `pthread_mutex_lock(3)`

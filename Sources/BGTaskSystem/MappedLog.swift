@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 import Glibc
 
 /// A file appended to through a shared memory mapping: an append is a copy into the page

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 import Glibc
 
 /// Paths: creating directories and checking that nobody else can write where the daemon

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /// A JSON value. Integers that fit `Int64` stay exact; objects print with sorted keys.
 public enum JSON: Equatable, Sendable {
     case null

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /// A Varlink error reply: a qualified name and its parameters.
 public struct VarlinkError: Error, Equatable, Sendable, CustomStringConvertible {
     public var name: String

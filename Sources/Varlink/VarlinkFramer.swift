@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /// Splits a byte stream into Varlink messages: each message is one JSON text followed by a
 /// NUL byte. Bytes may arrive split anywhere.
 public struct VarlinkFramer: Sendable {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /// A method call: `{"method", "parameters", "more", "oneway", "upgrade"}`.
 public struct VarlinkCall: Equatable, Sendable {
     /// Fully qualified: `io.bgtaskd.App.BeginTask`.

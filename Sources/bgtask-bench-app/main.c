@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bgtask-bench-app: the smallest possible app, for the benchmark's 10,000 apps.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bgtask-bench-logind: the peer in the benchmark. N times, over sd-bus (the system bus):
  * logind's Inhibit (what "sleep", mode "delay": a delay inhibitor lock, the nearest thing

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bgtask-example: the whole background cycle, as an iOS developer would write it.
 //
 //   bgtaskd --socket /tmp/b/io.bgtaskd --set BackgroundTimeSec=3s --set ExpirationWarningSec=1s &

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bgtask-libprobe: an app built on BackgroundApplication, scripted by end-to-end tests.
 //
 // Commands on stdin, one JSON object per line on stdout:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bgtask-probe: a scriptable app for end-to-end tests.
 //
 // Reads commands on stdin, one per line, and writes one JSON object per line on stdout:

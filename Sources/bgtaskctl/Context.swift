@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 import BGTaskClient
 import Glibc
 import Varlink
@@ -33,6 +34,7 @@ struct Context {
                              resume a suspended app into the background for WakeTimeSec,
                              as for a background fetch or a silent push
       reload                 reload the daemon's configuration
+      help [VERB]            this usage, or VERB's (also: bgtaskctl VERB --help)
       run [--name NAME] -- CMD...
                              hold a background task while CMD runs; CMD gets SIGTERM when
                              the task starts expiring; exits with CMD's status

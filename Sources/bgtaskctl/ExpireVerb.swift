@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 import Varlink
 
 /// `bgtaskctl expire PID|--unit NAME [--deadline]`: the app's expiration warning now (its

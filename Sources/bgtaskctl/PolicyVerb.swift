@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 import Varlink
 
 /// `bgtaskctl policy PID|--unit NAME`: which policy file matched the app, and the settings

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 import Varlink
 
 /// `bgtaskctl background PID|--unit NAME`, `bgtaskctl foreground PID|--unit NAME`

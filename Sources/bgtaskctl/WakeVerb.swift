@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 import Varlink
 
 /// `bgtaskctl wake PID|--unit NAME [--reason TEXT] [--payload JSON]`

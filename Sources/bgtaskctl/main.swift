@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 import BGTaskClient
 import Glibc
 
@@ -9,6 +10,8 @@ let verbs: [String: (Context, [String]) throws -> Void] = [
 ]
 
 var arguments = Array(CommandLine.arguments.dropFirst())[...]
+/// The verb being run, once known (for its usage on a usage error).
+var currentVerb: String?
 var context = Context()
 do {
     while let first = arguments.first, first.hasPrefix("-") {
@@ -26,11 +29,26 @@ do {
         }
     }
     guard let verb = arguments.popFirst() else { throw UsageError("no verb given") }
-    guard let run = verbs[verb] else { throw UsageError("unknown verb '\(verb)'") }
+    if verb == "help" {
+        guard arguments.count <= 1 else { throw UsageError("help takes at most one VERB") }
+        guard let named = arguments.first else { print(Context.usage); exit(0) }
+        if named == "-h" || named == "--help" { print(VerbHelp.table["help"]!.usage, terminator: ""); exit(0) }
+        guard let help = VerbHelp.table[named] else { throw UsageError("unknown verb '\(named)'") }
+        print(help.usage, terminator: "")
+        exit(0)
+    }
+    guard let run = verbs[verb], let help = VerbHelp.table[verb] else { throw UsageError("unknown verb '\(verb)'") }
+    currentVerb = verb
+    if VerbHelp.asksForHelp(Array(arguments)) {
+        print(help.usage, terminator: "")
+        exit(0)
+    }
+    if let option = help.unknownOption(in: Array(arguments)) { throw UsageError("\(verb): unknown option '\(option)'") }
     try run(context, Array(arguments))
     exit(0)
 } catch let error as UsageError {
-    printError("bgtaskctl: \(error.message)\n\n\(Context.usage)")
+    // A verb's usage error shows that verb's usage; any other, the whole.
+    printError("bgtaskctl: \(error.message)\n\n\(currentVerb.flatMap { VerbHelp.table[$0]?.usage } ?? Context.usage)")
     exit(2)
 } catch let error as ClientError {
     printError("bgtaskctl: \(explain(error))")

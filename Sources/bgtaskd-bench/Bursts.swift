@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Bursts: 10,000 apps sent to the background at once, and 10,000 deadlines falling together,
 // each against a C loop signalling the same processes through pidfds, in the same run.
 import BGTaskClient

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Instructions per call: the daemon under callgrind, serving two numbers of Begin+End
 // pairs; the difference divided by the calls in between is the cost of a call, start-up and
 // shutdown cancelled out. User-space instructions only (callgrind does not see the kernel).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The peer, side by side: logind's inhibitor locks against bgtaskd's tasks, both in the same
 // systemd 252 container, everything pinned to one CPU (scripts/bench-logind).
 import BGTaskSystem

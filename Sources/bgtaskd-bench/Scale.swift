@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The scale section: 10,000 apps holding 100,000 tasks; memory, listing, and deadline
 // lateness with every one of those deadlines pending.
 import BGTaskClient

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bgtaskd-bench: measures bgtaskd against baselines taken in the same run.
 //
 //   bgtaskd-bench [--quick] [--apps N] [--tasks-per-app N] [--json PATH] [--only SECTION,...]

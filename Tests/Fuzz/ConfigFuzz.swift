@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer target: the configuration parser (INI files, --set, time spans and sizes) and
 // the policy-file parser, its matcher and globs, on the same input.
 // Built by scripts/fuzz together with Sources/BGTaskCore (one module, so no import).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer target: the Varlink framer and message decoding, the bytes a client sends.
 // Built by scripts/fuzz together with Sources/Varlink (one module, so no import).
 //

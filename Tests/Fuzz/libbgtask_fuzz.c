@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * libFuzzer target for libbgtask's side of the wire: whatever bytes arrive on the
  * subscription (a daemon that is buggy, or not bgtaskd at all) are split into messages,

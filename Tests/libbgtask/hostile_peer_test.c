@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * libbgtask against a broken or hostile peer (finding 11 of the second review), built with
  * ASan and UBSan by Tests/EndToEndTests/CLibraryHostilePeerTests.swift, which reads what it

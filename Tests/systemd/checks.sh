@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # Runs inside the container (see container-test.sh) as a oneshot unit, as root.
 # Every wait is a bounded poll; each check appends "ok NAME" or "fail NAME: why".
 out=/out/results

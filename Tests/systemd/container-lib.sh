@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Sourced by the container tests: a throw-away $work, and the cleanup of what a container
 # killed by its timeout leaves behind.
 work=$(mktemp -d "/tmp/$1-XXXXXX")

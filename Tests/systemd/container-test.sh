@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Boots a real systemd in a throw-away container (systemd-nspawn --volatile=yes: the host's
 # /usr read-only, an empty /etc) with bgtaskd installed from this tree, runs checks.sh in it
 # as a oneshot unit, and prints the results: one line per check, "ok NAME" or

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # Runs inside the container of package-test.sh, as root under systemd 252.
 out=/out/results
 : > "$out"

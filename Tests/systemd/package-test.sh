@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Installs the built .debs (make deb) in a real systemd 252, booted in a throw-away container
 # whose root is the host's under an overlay on a tmpfs, in a mount namespace of its own
 # (nspawn's --volatile=overlay refuses the host's root): dpkg can write to /usr and /etc,

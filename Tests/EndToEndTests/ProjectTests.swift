@@ -1,0 +1,57 @@
+// SPDX-License-Identifier: Apache-2.0
+import BGTaskSystem
+import Glibc
+import Testing
+import TestSupport
+
+/// A project people may ship: its license on every file, help on every verb.
+@Suite struct ProjectTests {
+    static let verbs = ["status", "apps", "tasks", "history", "monitor", "background", "foreground", "terminate",
+                        "expire", "policy", "wake", "reload", "run", "help"]
+
+    /// Every file under Sources/, libbgtask/, Tests/ and scripts/ starts with an SPDX line
+    /// (after its `#!` line, if it has one); the fuzz corpus is data, not source.
+    @Test func everySourceFileNamesItsLicense() throws {
+        let repository = SystemdTests.repository
+        var offenders: [String] = []
+        for top in ["Sources", "libbgtask", "Tests", "scripts"] {
+            let (code, output) = try SystemdTests.run(["/usr/bin/find", repository + "/" + top, "-type", "f",
+                                                       "-not", "-path", "*/Tests/Fuzz/corpus/*"])
+            try #require(code == 0, "\(output)")
+            for path in output.split(separator: "\n").map(String.init) {
+                let text = String(decoding: (try? readFile(path)) ?? [], as: UTF8.self)
+                var lines = text.split(separator: "\n", maxSplits: 2, omittingEmptySubsequences: false)
+                if lines.first?.hasPrefix("#!") == true { lines.removeFirst() }
+                if lines.first?.contains("SPDX-License-Identifier: Apache-2.0") != true {
+                    offenders.append(String(path.dropFirst(repository.count + 1)))
+                }
+            }
+        }
+        #expect(offenders.isEmpty, "no SPDX line: \(offenders.sorted().joined(separator: ", "))")
+        let license = String(decoding: try readFile(repository + "/LICENSE"), as: UTF8.self)
+        #expect(license.contains("Apache License") && license.contains("Version 2.0, January 2004"))
+    }
+
+    /// `bgtaskctl VERB --help` and `bgtaskctl help VERB`: exit 0, the verb's own usage; an
+    /// option the verb does not take: exit 2, with the usage.
+    @Test(arguments: verbs) func everyVerbHasItsHelp(verb: String) throws {
+        let ctl = Binaries.path("bgtaskctl")
+        for arguments in [[verb, "--help"], [verb, "-h"], ["help", verb]] {
+            let (code, output) = try SystemdTests.run([ctl] + arguments)
+            #expect(code == 0 && output.contains("Usage: bgtaskctl") && output.contains("] \(verb)")
+                    && output.contains("Example:"), "\(arguments): \(output)")
+        }
+        guard verb != "help" else { return }
+        let (code, output) = try SystemdTests.run([ctl, verb, "--no-such-option"])
+        #expect(code == 2 && output.contains("unknown option '--no-such-option'") && output.contains("Usage:"), "\(output)")
+    }
+
+    @Test func theDaemonHasItsHelp() throws {
+        for flag in ["-h", "--help"] {
+            let (code, output) = try SystemdTests.run([Binaries.path("bgtaskd"), flag])
+            #expect(code == 0 && output.contains("Usage: bgtaskd"), "\(output)")
+        }
+        let (code, _) = try SystemdTests.run([Binaries.path("bgtaskd"), "--no-such-option"])
+        #expect(code == 2)
+    }
+}
