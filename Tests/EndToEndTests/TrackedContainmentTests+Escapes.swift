@@ -8,7 +8,8 @@ import Varlink
 /// Findings 6 and 14 of the second review: a tracked app's workers, however they came to be.
 extension TrackedContainmentTests {
     /// An app that registers, then double-forks a worker which either calls `BeginTask` at
-    /// once (`call`) or execs `/bin/sleep` from a thread other than its main one (`exec`);
+    /// once it is re-parented (`call`) or execs `/bin/sleep` from a thread other than its
+    /// main one (`exec`);
     /// prints `{"worker": PID, ...}`.
     static let escapingApp = #"""
     import json, os, signal, socket, sys, threading, time
@@ -23,7 +24,9 @@ extension TrackedContainmentTests {
     call(connect(), "io.bgtaskd.App.GetTimeRemaining", {})
     r, w = os.pipe()
     if os.fork() == 0:
+        middle = os.getpid()
         if os.fork() == 0:
+            while os.getppid() == middle: time.sleep(0.001)  # re-parented: no ancestor is the app
             if how == "call":
                 reply = call(connect(), "io.bgtaskd.App.BeginTask", {"name": "worker"})
                 os.write(w, json.dumps({"worker": os.getpid(), "reply": reply}).encode() + b"\n")
