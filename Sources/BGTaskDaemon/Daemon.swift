@@ -124,12 +124,13 @@ public final class Daemon {
             Journal.log(priority: priority.rawValue, message: message.cEscaped)
         }
         do {
-            var losses = 0, lastReport: Int64 = .min
+            var losses = 0
+            var lastReport: Int64?
             let tracker = try Tracker.open {
                 // Every loss is counted and reported, at most once every 10 s.
                 losses += 1
                 let now = Clock.monotonicNanoseconds()
-                guard now - lastReport >= 10_000_000_000 else { return }
+                if let lastReport, now - lastReport < 10_000_000_000 { return }
                 lastReport = now
                 Journal.log(priority: LogEntry.Priority.warning.rawValue,
                             message: "The kernel dropped process events (a burst of forks; \(losses) time(s) so far): members still running were kept and every app's tree walked again, but a process that re-parented meanwhile may have left its app")

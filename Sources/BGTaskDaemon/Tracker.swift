@@ -41,8 +41,11 @@ final class Tracker {
     }
 
     /// Opens the connector (`ProcessEvents.open()`: root or `CAP_NET_ADMIN`, outside containers).
+    /// `BGTASKD_PROCESS_EVENTS_BUFFER` (bytes) replaces the receive buffer's size: a test
+    /// knob, to make the kernel drop events on purpose.
     static func open(lost: @escaping () -> Void) throws(Errno) -> Tracker {
-        Tracker(events: try ProcessEvents.open(), lost: lost)
+        let buffer = Host.environment("BGTASKD_PROCESS_EVENTS_BUFFER").flatMap { Int32($0) }
+        return Tracker(events: try ProcessEvents.open(bufferBytes: buffer ?? ProcessEvents.receiveBufferBytes), lost: lost)
     }
 
     /// Starts following `app`, whose own process is held by `root`. Events are read first

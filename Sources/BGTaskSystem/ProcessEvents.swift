@@ -23,11 +23,12 @@ public final class ProcessEvents {
     /// Subscribes to the events. `EPERM` without `CAP_NET_ADMIN`, or in a container: the
     /// kernel reports only to listeners in the initial pid and user namespaces (elsewhere it
     /// would accept the subscription and send nothing).
-    public static func open() throws(Errno) -> ProcessEvents {
+    /// `bufferBytes`: the socket's receive buffer (the tests make it tiny to overflow it).
+    public static func open(bufferBytes: Int32 = receiveBufferBytes) throws(Errno) -> ProcessEvents {
         guard Host.inInitialNamespaces else {
             throw Errno(EPERM, "process-events connector: not in the initial pid and user namespaces")
         }
-        let fd = bgtask_proc_events_open(receiveBufferBytes)
+        let fd = bgtask_proc_events_open(bufferBytes)
         guard fd >= 0 else { throw Errno(-fd, "process-events connector") }
         return ProcessEvents(descriptor: FileDescriptor(fd))
     }

@@ -81,4 +81,32 @@ extension TrackedContainmentTests {
         #expect(try daemon.ctl(["terminate", String(app.pid)]).0 == 0)
         try waitUntil("the worker killed with its app") { worker.hasExited }
     }
+
+    /// 7: when the kernel dropped events (a fork storm beyond the socket buffer), following
+    /// restarted from each app's tree, so a worker that re-parented before the loss was lost.
+    /// Now members still provably the same process are kept. The buffer is made tiny
+    /// (`BGTASKD_PROCESS_EVENTS_BUFFER`) and the daemon stopped while 300 processes come and go.
+    @Test(.enabled(if: getuid() == 0 && Host.inInitialNamespaces,
+                   "needs CAP_NET_ADMIN in the initial namespaces for the process-events connector"))
+    func aWorkerThatReparentedBeforeALossStaysInItsApp() throws {
+        let daemon = try TestDaemon(["BackgroundTimeSec=1min"], environment: ["BGTASKD_PROCESS_EVENTS_BUFFER=4096"])
+        let app = try Spawned("/usr/bin/python3", ["-c", Self.forkingApp, daemon.socketPath])
+        let line = try #require(try app.readLine(timeout: 10))
+        let pids = try #require(try JSON.parse(line)["workers"]?.arrayValue?.compactMap(\.intValue).map(Int32.init))
+        let workers = try pids.map { try Pidfd.open(pid: $0) }
+        defer { for worker in workers { try? worker.send(signal: SIGKILL) } }
+        // The workers are known: a suspension stops them.
+        try daemon.setState(app.pid, "background")
+        try waitUntil("the workers stopped") { workers.allSatisfy { processState($0.pid) == "T" } }
+        try daemon.setState(app.pid, "foreground")
+        try waitUntil("the workers running") { workers.allSatisfy { Self.isRunning($0.pid) } }
+        // A storm the stopped daemon cannot read.
+        try daemon.process.signal(SIGSTOP)
+        let storm = try Spawned("/bin/sh", ["-c", "for i in $(seq 300); do /bin/true; done"])
+        _ = try storm.wait(timeout: 30)
+        try daemon.process.signal(SIGCONT)
+        try daemon.setState(app.pid, "background")
+        try waitUntil("the loss logged") { daemon.log().contains { $0.contains("dropped process events") } }
+        try waitUntil("the workers stopped after the loss") { workers.allSatisfy { processState($0.pid) == "T" } }
+    }
 }

@@ -31,7 +31,7 @@ final class TestDaemon {
     /// connection: a test can then see what the daemon does before any client comes.
     /// With `cgroup`, the daemon starts in that cgroup (as under systemd, in a unit of its own).
     init(_ settings: [String] = [], extraArguments: [String] = [], directory reused: String? = nil,
-         connecting: Bool = true, cgroup: Cgroup? = nil) throws {
+         connecting: Bool = true, cgroup: Cgroup? = nil, environment extra: [String] = []) throws {
         if let reused {
             directory = reused
         } else {
@@ -57,9 +57,9 @@ final class TestDaemon {
         if let cgroup {
             let enter = "echo $$ > \(cgroup.directory)/cgroup.procs && exec \"$0\" \"$@\""
             process = try Spawned("/bin/sh", ["-c", enter, Binaries.path("bgtaskd")] + arguments,
-                                  environment: ["PATH=/usr/bin:/bin"] + sanitizers, standardError: .file(logPath))
+                                  environment: ["PATH=/usr/bin:/bin"] + sanitizers + extra, standardError: .file(logPath))
         } else {
-            process = try Spawned(Binaries.path("bgtaskd"), arguments, environment: ["PATH=/usr/bin:/bin"] + sanitizers,
+            process = try Spawned(Binaries.path("bgtaskd"), arguments, environment: ["PATH=/usr/bin:/bin"] + sanitizers + extra,
                                   standardError: .file(logPath))
         }
         try waitUntil("bgtaskd to answer at \(socketPath)", timeout: 10) {
