@@ -85,11 +85,13 @@ extension TrackedContainmentTests {
     /// 7: when the kernel dropped events (a fork storm beyond the socket buffer), following
     /// restarted from each app's tree, so a worker that re-parented before the loss was lost.
     /// Now members still provably the same process are kept. The buffer is made tiny
-    /// (`BGTASKD_PROCESS_EVENTS_BUFFER`) and the daemon stopped while 300 processes come and go.
+    /// (`BGTASKD_PROCESS_EVENTS_BUFFER`) and the daemon stopped while 5,000 processes come and go.
     @Test(.enabled(if: getuid() == 0 && Host.inInitialNamespaces,
                    "needs CAP_NET_ADMIN in the initial namespaces for the process-events connector"))
     func aWorkerThatReparentedBeforeALossStaysInItsApp() throws {
-        let daemon = try TestDaemon(["BackgroundTimeSec=1min"], environment: ["BGTASKD_PROCESS_EVENTS_BUFFER=4096"])
+        // 256 KiB: some 300 datagrams, plenty while the daemon runs (the connector reports every
+        // fork of the machine, and the suite forks a lot), far too few for the storm below.
+        let daemon = try TestDaemon(["BackgroundTimeSec=1min"], environment: ["BGTASKD_PROCESS_EVENTS_BUFFER=262144"])
         let app = try Spawned("/usr/bin/python3", ["-c", Self.forkingApp, daemon.socketPath])
         let line = try #require(try app.readLine(timeout: 10))
         let pids = try #require(try JSON.parse(line)["workers"]?.arrayValue?.compactMap(\.intValue).map(Int32.init))
@@ -102,11 +104,11 @@ extension TrackedContainmentTests {
         try waitUntil("the workers running") { workers.allSatisfy { Self.isRunning($0.pid) } }
         // A storm the stopped daemon cannot read.
         try daemon.process.signal(SIGSTOP)
-        let storm = try Spawned("/bin/sh", ["-c", "for i in $(seq 300); do /bin/true; done"])
+        let storm = try Spawned("/usr/bin/python3", ["-c", "import os\nfor _ in range(5000):\n    pid = os.fork()\n    if pid == 0: os._exit(0)\n    os.waitpid(pid, 0)\n"])
         _ = try storm.wait(timeout: 30)
         try daemon.process.signal(SIGCONT)
         try daemon.setState(app.pid, "background")
-        try waitUntil("the loss logged") { daemon.log().contains { $0.contains("dropped process events") } }
-        try waitUntil("the workers stopped after the loss") { workers.allSatisfy { processState($0.pid) == "T" } }
+        try waitUntil("the loss logged", timeout: 15) { daemon.log().contains { $0.contains("dropped process events") } }
+        try waitUntil("the workers stopped after the loss", timeout: 15) { workers.allSatisfy { processState($0.pid) == "T" } }
     }
 }

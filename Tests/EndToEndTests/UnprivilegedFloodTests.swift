@@ -12,6 +12,15 @@ import Varlink
 @Suite(.serialized, .enabled(if: getuid() == 0 && Capabilities.cgroupsWritable,
                              "needs root to run the daemon, make cgroups and setpriv to uid 65534"))
 struct UnprivilegedFloodTests {
+    /// Root's `GetStatus` p99 during a flood (the slowest may be 5 times this), and the
+    /// daemon's growth: the 100 ms and 64 MiB. Under `make sanitize` the daemon runs
+    /// 3–5 times slower and ASan keeps what is freed in quarantine (the subscriber flood frees
+    /// gigabytes' worth on the old code, tens of megabytes now): 1 s and 1 GiB there, still
+    /// far below what the floods did before (42 s; 2 GiB).
+    static let sanitized = getenv("ASAN_OPTIONS") != nil || getenv("TSAN_OPTIONS") != nil
+    let floodLatencyBound: Double = sanitized ? 1000 : 100
+    let floodGrowthBoundKiB = sanitized ? 1024 * 1024 : 64 * 1024
+
     /// 1: uid 65534 made 5,000 cgroups in its own delegated subtree and pipelines lookups of
     /// a unit that does not exist (each walked the whole tree: 160–220 ms a call at 10,000;
     /// 400 calls held root's GetStatus for 44 s). Now a user's search is its own subtree,
@@ -26,12 +35,12 @@ struct UnprivilegedFloodTests {
         }
         let latency = try rootStatusLatencies(daemon)
         print("unit lookup flood: GetStatus p99 \(latency.p99) ms (slowest \(latency.max) ms), daemon grew \(latency.peakKiB - rssBefore) KiB at most")
-        #expect(latency.p99 < 100 && latency.max < 500, "root's GetStatus p99 \(latency.p99) ms, slowest \(latency.max) ms")
+        #expect(latency.p99 < floodLatencyBound && latency.max < 5 * floodLatencyBound, "root's GetStatus p99 \(latency.p99) ms, slowest \(latency.max) ms")
         // The first answer is a clear one: not found, or searched too much this second.
         let first = try intruders[0].run("read")
         #expect(Intruder.isError(first, "io.bgtaskd.Manager.NoSuchApp") || Intruder.isError(first, "io.bgtaskd.App.LimitExceeded"),
                 "\(first.serialized)")
-        #expect(latency.peakKiB < rssBefore + residentGrowthBoundKiB)
+        #expect(latency.peakKiB < rssBefore + floodGrowthBoundKiB)
         withExtendedLifetime(subtree) {}
     }
 
@@ -104,10 +113,10 @@ struct UnprivilegedFloodTests {
         }
         let done = try JSON.parse(try #require(doneLine))
         #expect(done["wakes"] == 2500 && done["errors"] == 0, "\(done.serialized)")
-        #expect(latency.p99 < 100 && latency.max < 500, "root's GetStatus p99 \(latency.p99) ms, slowest \(latency.max) ms")
+        #expect(latency.p99 < floodLatencyBound && latency.max < 5 * floodLatencyBound, "root's GetStatus p99 \(latency.p99) ms, slowest \(latency.max) ms")
         let grown = latency.peakKiB - rssBefore
         print("subscriber flood: GetStatus p99 \(latency.p99) ms (slowest \(latency.max) ms), daemon grew \(grown) KiB at most")
-        #expect(grown < 64 * 1024, "the daemon grew by \(grown) KiB")
+        #expect(grown < floodGrowthBoundKiB, "the daemon grew by \(grown) KiB")
         #expect(daemon.log().contains { $0.contains("unread replies") })
     }
 }
