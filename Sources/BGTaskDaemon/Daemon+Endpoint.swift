@@ -75,12 +75,15 @@ extension Daemon {
     func appCall(_ call: VarlinkCall, _ member: String, on connection: Connection, at now: Instant,
                  effects: inout [Effect]) throws -> VarlinkReply {
         guard Self.appMembers.contains(member) else { throw VarlinkError.methodNotFound(call.method) }
-        try requireWritableState()
+        // A read changes nothing, so a full disk refuses it only for a caller not yet an app
+        // (its registration would be a change).
+        if member != "GetTimeRemaining" { try requireWritableState() }
         let process = try caller(of: connection)
         let app: ProcessIdentity
         if let known = appContaining(process) {
             app = known  // the common case: no policy lookup on the hot path
         } else {
+            try requireWritableState()
             let (policy, quotaKey) = policy(for: process)
             app = try model.register(process, privileged: isPrivileged(connection), policy: policy, quotaKey: quotaKey,
                                      at: now, effects: &effects)
@@ -125,7 +128,9 @@ extension Daemon {
         case "EndTask":
             let parameters = try Parameters(call.parameters, allowed: ["taskId"])
             let id = try parameters.int("taskId")
-            guard let taskID = TaskID(exactly: id) else { throw BGTaskError.noSuchTask(0) }
+            guard let taskID = TaskID(exactly: id) else {  // negative: the error names the id it was given
+                throw VarlinkError(BGTaskError.noSuchTask(0).varlinkName, parameters: ["taskId": .int(id)])
+            }
             try model.endTask(taskID, in: app, at: now, effects: &effects)
             return VarlinkReply()
         case "GetTimeRemaining":

@@ -183,6 +183,11 @@ import Varlink
         try thief.send("end \(id)")
         let stolen = try thief.next { $0["call"] == "end" }
         #expect(stolen["error"] == "io.bgtaskd.App.NoSuchTask")
+        // An id no task can have is named as given (issue 24: it was named 0).
+        try thief.send("end -5")
+        let impossible = try thief.next { $0["call"] == "end" && $0 != stolen }
+        #expect(impossible["error"] == "io.bgtaskd.App.NoSuchTask" && impossible["parameters"]?["taskId"] == -5,
+                "\(impossible.serialized)")
         #expect(try baseline.call("ListTasks")["tasks"]?.arrayValue?.map { $0["id"]?.intValue } == [id])
         let connection = try daemon.connect()
         for (method, error) in [("io.bgtaskd.Nope.X", "org.varlink.service.InterfaceNotFound"),

@@ -275,6 +275,8 @@ struct FullDiskTests {
         var daemon: TestDaemon? = try TestDaemon(directory: directory)
         let app = try Spawned("/bin/sleep", ["1000"])
         try daemon!.setState(app.pid, "foreground")
+        let reader = try daemon!.probe()
+        _ = try reader.call("remaining")  // registered while the disk has room
         // Fill the disk, as another user could fill a shared /run.
         let file = try FileDescriptor(systemCall("open") { open(filler, O_WRONLY | O_CREAT | O_CLOEXEC, 0o644) })
         let block = [UInt8](repeating: 1, count: 4096)
@@ -293,7 +295,9 @@ struct FullDiskTests {
         #expect(refusal?.varlinkError?.name == "io.bgtaskd.App.StateNotWritable")
         #expect(throws: ClientError.self) { try daemon!.setState(app.pid, "background") }
         #expect(processState(app.pid) == "S")
-        #expect(try daemon!.manager("GetStatus")["apps"] == 2)
+        #expect(try daemon!.manager("GetStatus")["apps"] == 3)
+        // Reads still answer (issue 24: GetTimeRemaining was refused too).
+        #expect(try reader.call("remaining")["state"] == "foreground")
         // No tight loop: the daemon waits between retries. CPU time over one second, in ticks.
         func cpuTicks() throws -> Int {
             let fields = String(decoding: try readFile("/proc/\(daemon!.process.pid)/stat"), as: UTF8.self)
