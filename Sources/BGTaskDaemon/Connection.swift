@@ -36,9 +36,12 @@ final class Connection {
     /// What waits to be written, in order: this connection's own buffers, and event bytes
     /// shared with every other subscriber they went to (encoded once, referenced by all).
     private var queue: [[UInt8]] = []
+    /// The first chunk of `queue` not yet written whole (written chunks are dropped in bulk:
+    /// a stream behind by thousands of shared events must not cost a shift per event).
+    private var head = 0
     /// Whether `queue.last` is this connection's own buffer, to append replies to.
     private var tailIsOwn = false
-    /// Bytes of `queue.first` already written.
+    /// Bytes of `queue[head]` already written.
     private var written = 0
     /// A written-out buffer kept for the next replies (most connections need one, small).
     private var spare: [UInt8] = []
@@ -117,7 +120,8 @@ final class Connection {
 
     /// Writes buffered output.
     func flush() -> Bool {
-        while let first = queue.first {
+        while head < queue.count {
+            let first = queue[head]
             do {
                 guard let count = try socket.writeAvailable(first[written...]) else { break }
                 written += count
@@ -126,15 +130,21 @@ final class Connection {
                 return false
             }
             guard written == first.count else { continue }
-            let done = queue.removeFirst()
+            head += 1
             written = 0
-            if queue.isEmpty {
-                if tailIsOwn, done.capacity < 65536 {
-                    spare = done
+            if head == queue.count {
+                if tailIsOwn, first.capacity < 65536 {
+                    spare = first
                     spare.removeAll(keepingCapacity: true)
                 }
+                queue.removeAll(keepingCapacity: true)
+                head = 0
                 tailIsOwn = false
             }
+        }
+        if head > 64, head * 2 > queue.count {
+            queue.removeFirst(head)
+            head = 0
         }
         return true
     }
@@ -161,6 +171,7 @@ final class Connection {
         listing = nil
         grow(by: -pendingOutputBytes)
         queue = []
+        head = 0
         source = nil
         socket.close()
         // Released now, not when the last reference to this object goes (the pass's list

@@ -137,14 +137,16 @@ extension Daemon {
         }
     }
 
+    func forgetConnection(_ id: ConnectionID, of app: ProcessIdentity) {
+        connectionsByApp[app]?.removeAll { $0 == id }
+        if connectionsByApp[app]?.isEmpty == true { connectionsByApp[app] = nil }
+    }
+
     func close(_ connection: Connection) {
         guard !connection.isClosed else { return }
         connection.close()
         connections[connection.id] = nil
-        if let app = connection.app {
-            connectionsByApp[app]?.removeAll { $0 == connection.id }
-            if connectionsByApp[app]?.isEmpty == true { connectionsByApp[app] = nil }
-        }
+        if let app = connection.app { forgetConnection(connection.id, of: app) }
         connectionsPerUID[connection.credentials.uid, default: 1] -= 1
         if connectionsPerUID[connection.credentials.uid] == 0 {
             connectionsPerUID[connection.credentials.uid] = nil

@@ -89,6 +89,7 @@ extension Daemon {
                                      at: now, effects: &effects)
         }
         if connection.app != app {
+            if let old = connection.app { forgetConnection(connection.id, of: old) }
             connection.app = app
             connectionsByApp[app, default: []].append(connection.id)
         }

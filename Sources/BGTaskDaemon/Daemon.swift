@@ -79,7 +79,7 @@ public final class Daemon {
     /// The connections whose calls were about each app (`readWaiting`).
     var connectionsByApp: [ProcessIdentity: [ConnectionID]] = [:]
     /// Lifecycle subscriptions one app may have at once (UIKit has one delegate; a helper
-    /// or two besides it is plenty). Each costs the daemon a copy of every event.
+    /// or two besides it is plenty). Each holds a queue of every event (shared bytes).
     static let maximumSubscribersPerApp = 8
     var taskStreams: [TaskID: ConnectionID] = [:]
     var monitors: [ConnectionID] = []

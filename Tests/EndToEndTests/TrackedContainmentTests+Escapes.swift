@@ -12,7 +12,7 @@ extension TrackedContainmentTests {
     /// main one (`exec`);
     /// prints `{"worker": PID, ...}`.
     static let escapingApp = #"""
-    import json, os, signal, socket, sys, threading, time
+    import json, os, select, signal, socket, sys, threading
     path, how = sys.argv[1], sys.argv[2]
     def connect():
         s = socket.socket(socket.AF_UNIX); s.connect(path); return s
@@ -24,9 +24,10 @@ extension TrackedContainmentTests {
     call(connect(), "io.bgtaskd.App.GetTimeRemaining", {})
     r, w = os.pipe()
     if os.fork() == 0:
-        middle = os.getpid()
+        middle = os.pidfd_open(os.getpid())  # inherited by the worker, so the middle may be reaped
         if os.fork() == 0:
-            while os.getppid() == middle: time.sleep(0.001)  # re-parented: no ancestor is the app
+            # Re-parented once the middle process has exited (its pidfd readable): no ancestor is the app.
+            select.select([middle], [], [], 10)
             if how == "call":
                 reply = call(connect(), "io.bgtaskd.App.BeginTask", {"name": "worker"})
                 os.write(w, json.dumps({"worker": os.getpid(), "reply": reply}).encode() + b"\n")
@@ -34,7 +35,7 @@ extension TrackedContainmentTests {
             else:
                 os.write(w, json.dumps({"worker": os.getpid()}).encode() + b"\n")
                 threading.Thread(target=lambda: os.execv("/bin/sleep", ["sleep", "600"])).start()
-                time.sleep(600)
+                signal.pause()  # the main thread waits; the exec replaces the whole process
             os._exit(0)
         os._exit(0)
     os.wait()

@@ -71,9 +71,13 @@ import Varlink
         try daemon.process.signal(SIGSTOP)
         defer { try? daemon.process.signal(SIGCONT) }
         try apps.send("go")
-        // Every EndTask is in the daemon's sockets; now let every deadline pass while it is stopped.
+        // Every EndTask is in the daemon's sockets; now every deadline must pass while it is
+        // stopped. That is the precondition, not a wait for an event (a stopped daemon makes
+        // none): one wait until an instant 200 ms past the last app's deadline.
         let deadline = start + 1_000_000_000 + 200_000_000
-        while Clock.monotonicNanoseconds() < deadline { usleep(20_000) }
+        var at = timespec(tv_sec: Int(deadline / 1_000_000_000), tv_nsec: Int(deadline % 1_000_000_000))
+        while clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, nil) == EINTR {}
+        #expect(Clock.monotonicNanoseconds() >= deadline)
         try daemon.process.signal(SIGCONT)
         // Each is suspended (its task ended), none terminated.
         var history: [JSON] = []
