@@ -3,12 +3,17 @@ extension BackgroundModel {
     /// `SetAppState`: moves an app to the background (rule 3) or the foreground (rule 8).
     /// Only `foreground` and `background` can be asked for; asking for the state the app is
     /// in changes nothing (a suspended app is already in the background).
-    public mutating func setState(of app: ProcessIdentity, to state: AppState, at now: Instant,
+    /// `manager` names who asked (its command and pid, e.g. `bgtask-session[812]`) and
+    /// `reason` why ("window left workspace 1"): both are listed with the app and logged.
+    public mutating func setState(of app: ProcessIdentity, to state: AppState, by manager: String? = nil,
+                                  reason: String? = nil, at now: Instant,
                                   effects: inout [Effect]) throws(BGTaskError) -> AppSnapshot {
         guard apps[app] != nil else { throw .noSuchApp(app.pid) }
+        let cause = manager.map { manager in " (by \(manager)\(reason.map { ": \($0)" } ?? ""))" } ?? ""
+        if state == .background || state == .foreground, let manager { apps[app]!.manager = manager }
         switch state {
-        case .background: enterBackground(app, at: now, effects: &effects)
-        case .foreground: enterForeground(app, at: now, effects: &effects)
+        case .background: enterBackground(app, cause: cause, at: now, effects: &effects)
+        case .foreground: enterForeground(app, cause: cause, at: now, effects: &effects)
         case .suspended, .terminated:
             throw .invalidParameter("state must be foreground or background, not \(state.rawValue)")
         }
@@ -87,7 +92,7 @@ extension BackgroundModel {
         max(length, min(minimumGrace, settings.expirationWarning))
     }
 
-    mutating func enterBackground(_ app: ProcessIdentity, at now: Instant, effects: inout [Effect]) {
+    mutating func enterBackground(_ app: ProcessIdentity, cause: String = "", at now: Instant, effects: inout [Effect]) {
         guard var record = apps[app], record.state == .foreground else { return }
         let settings = settings(record)
         let exempt = record.policy?.exempt == true
@@ -108,7 +113,7 @@ extension BackgroundModel {
         let budget = exempt ? "no time limit (exempt by \(record.policy!.name))"
             : "\(ConfigurationValue.formatTimeSpan(record.deadline! - now)) of background time"
             + (quotaLeft.map { " (\(ConfigurationValue.formatTimeSpan($0)) of its daily quota left)" } ?? "")
-        effects.append(.log(.app(.appBackgrounded, .info, app, uid: record.uid, command: record.command, "entered the background with \(budget)")))
+        effects.append(.log(.app(.appBackgrounded, .info, app, uid: record.uid, command: record.command, "entered the background with \(budget)\(cause)")))
         if record.subscribers > 0 {
             record.transitionDeadline = now + settings.transitionTimeout
             if !exempt { timers.insert(.transitionTimeout(app, epoch: record.epoch), at: record.transitionDeadline!) }
@@ -123,7 +128,7 @@ extension BackgroundModel {
         settleQuota(app, at: now)
     }
 
-    mutating func enterForeground(_ app: ProcessIdentity, at now: Instant, effects: inout [Effect]) {
+    mutating func enterForeground(_ app: ProcessIdentity, cause: String = "", at now: Instant, effects: inout [Effect]) {
         guard var record = apps[app], record.state != .foreground else { return }
         let wasSuspended = record.state == .suspended
         count(from: record.state, to: .foreground)
@@ -137,10 +142,10 @@ extension BackgroundModel {
         if wasSuspended {
             effects.append(.act(AppActionRecord(app: app, uid: record.uid, command: record.command, unit: record.unit,
                                                 action: .resumed, reason: .foreground, taskNames: []), signal: nil))
-            effects.append(.log(.app(.appResumed, .notice, app, uid: record.uid, command: record.command, "resumed: foreground",
+            effects.append(.log(.app(.appResumed, .notice, app, uid: record.uid, command: record.command, "resumed: foreground\(cause)",
                                      reason: .foreground)))
         } else {
-            effects.append(.log(.app(.appForegrounded, .info, app, uid: record.uid, command: record.command, "returned to the foreground")))
+            effects.append(.log(.app(.appForegrounded, .info, app, uid: record.uid, command: record.command, "returned to the foreground\(cause)")))
         }
         for id in record.taskIDs {
             guard var task = tasks[id], task.state == .expiring else { continue }

@@ -35,6 +35,8 @@ public struct BackgroundModel {
         /// earlier period are stale.
         var epoch: UInt64 = 0
         var subscribers = 0
+        /// Who last moved it between foreground and background (`SetAppState`'s caller).
+        var manager: String?
         /// Active tasks, oldest first.
         var taskIDs: [TaskID] = []
     }
@@ -290,7 +292,8 @@ public struct BackgroundModel {
                     backgroundQuotaRemaining: quotaRemaining(app, at: now),
                     state: app.state,
                     phase: app.phase, taskCount: app.taskIDs.count,
-                    backgroundTimeRemaining: remaining(app, at: now), subscribed: app.subscribers > 0)
+                    backgroundTimeRemaining: remaining(app, at: now), subscribed: app.subscribers > 0,
+                    manager: app.manager)
     }
 
     func snapshot(_ task: TaskRecord, at now: Instant, reason: TaskReason? = nil) -> TaskSnapshot {

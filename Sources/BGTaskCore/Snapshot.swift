@@ -23,6 +23,8 @@ public struct AppSnapshot: Equatable, Sendable {
     public var backgroundTimeRemaining: Duration?
     /// Whether a lifecycle subscriber is connected.
     public var subscribed: Bool
+    /// Who last moved it between foreground and background with `SetAppState`.
+    public var manager: String?
 }
 
 /// A task as listed by `ListTasks` or streamed to its `more` caller.

@@ -166,6 +166,12 @@ extension Daemon {
         return access.isPrivileged(uid: c.uid, gid: c.gid, groups: c.groups)
     }
 
+    /// The caller as `SetAppState` records it: its command and pid, `bgtask-session[812]`.
+    func managerName(of connection: Connection) -> String {
+        guard let caller = try? caller(of: connection) else { return "pid \(connection.credentials.pid)" }
+        return "\(caller.command.cEscaped)[\(caller.identity.pid)]"
+    }
+
     /// Whose apps a listing shows the caller: everyone's (`nil`) or its own.
     func visibleUID(_ connection: Connection) -> UInt32? {
         isPrivileged(connection) ? nil : connection.credentials.uid
@@ -205,13 +211,16 @@ extension Daemon {
                      effects: inout [Effect]) throws -> Answer {
         switch member {
         case "SetAppState":
-            let parameters = try Parameters(call.parameters, allowed: ["pid", "unit", "state"])
+            let parameters = try Parameters(call.parameters, allowed: ["pid", "unit", "state", "reason"])
             let target = try parameters.target()
             guard let state = AppState(rawValue: try parameters.string("state")),
                   state == .foreground || state == .background else { throw VarlinkError.invalidParameter("state") }
+            let reason = try parameters.optionalString("reason")
+            if let reason, reason.utf8.count > 256 { throw VarlinkError.invalidParameter("reason") }
             try requireWritableState()
             let app = try managedApp(target, by: connection, register: true, at: now, effects: &effects)
-            let snapshot = try model.setState(of: app, to: state, at: now, effects: &effects)
+            let snapshot = try model.setState(of: app, to: state, by: managerName(of: connection),
+                                              reason: reason?.cEscaped, at: now, effects: &effects)
             return .reply(VarlinkReply(parameters: ["app": Wire.app(snapshot)]))
         case "ListApps":
             _ = try Parameters(call.parameters, allowed: [])

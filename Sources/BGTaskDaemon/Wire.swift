@@ -18,7 +18,7 @@ enum Wire {
             "backgroundQuotaRemaining": seconds(app.backgroundQuotaRemaining),
             "state": .string(app.state.rawValue), "phase": app.phase.map { .string($0.rawValue) } ?? .null,
             "tasks": .int(Int64(app.taskCount)), "backgroundTimeRemaining": seconds(app.backgroundTimeRemaining),
-            "subscribed": .bool(app.subscribed),
+            "subscribed": .bool(app.subscribed), "manager": app.manager.map { .string($0) } ?? .null,
         ])
     }
 

@@ -12,14 +12,15 @@ enum AppsVerb {
 
     static func table(_ apps: [JSON]) -> Table {
         var table = Table("PID", "UID", "COMMAND", "UNIT", "CONTAINMENT", "POLICY", "QUOTA", "STATE", "PHASE", "TASKS",
-                          "REMAINING", "SUBSCRIBED")
+                          "REMAINING", "SUBSCRIBED", "MANAGER")
         for app in apps {
             let policy = app["policy"]?.stringValue.map { $0 + (app["exempt"] == true ? " (exempt)" : "") }
             table.add([app["pid"]?.cell ?? "-", app["uid"]?.cell ?? "-", app["command"]?.cell ?? "-",
                        app["unit"]?.cell ?? "-", app["containment"]?.cell ?? "-", policy ?? "-",
                        app["backgroundQuotaRemaining"]?.doubleValue.map { humanTime($0) } ?? "-",
                        app["state"]?.cell ?? "-", app["phase"]?.cell ?? "-", app["tasks"]?.cell ?? "0",
-                       humanTime(app["backgroundTimeRemaining"]?.doubleValue), app["subscribed"]?.cell ?? "-"])
+                       humanTime(app["backgroundTimeRemaining"]?.doubleValue), app["subscribed"]?.cell ?? "-",
+                       app["manager"]?.cell ?? "-"])
         }
         return table
     }

@@ -46,7 +46,8 @@ before=$(systemctl show -P MainPID bgtaskd.service)
 check upgrade dpkg -i /debs/bgtaskd_*.deb
 after=$(systemctl show -P MainPID bgtaskd.service)
 if [ -n "$after" ] && [ "$after" != 0 ] && [ "$after" != "$before" ]; then ok daemon-restarted-on-upgrade; else fail daemon-restarted-on-upgrade "MainPID $before -> $after"; fi
-check task-survives-upgrade within 30 sh -c "bgtaskctl tasks $app | grep -q upload"
+if within 50 sh -c "bgtaskctl tasks $app | grep -q upload"; then ok task-survives-upgrade; else
+    fail task-survives-upgrade "$(bgtaskctl tasks "$app" 2>&1 | tr '\n' ' ') all: $(bgtaskctl --no-legend tasks 2>&1 | tr '\n' ' ') apps: $(bgtaskctl --no-legend apps 2>&1 | tr '\n' ' ') cgroup: $(cat /proc/$app/cgroup)"; fi
 check example-expired within 150 grep -q "expiration handler" example.log
 # Ending its last task suspends the app at once (its end's reply waits for the foreground).
 check example-suspended within 50 sh -c "grep -q '^State:.*T' /proc/$app/status"
