@@ -16,6 +16,7 @@ let package = Package(
         .executable(name: "bgtaskctl", targets: ["bgtaskctl"]),
         .library(name: "BGTaskClient", targets: ["BGTaskClient"]),
         .executable(name: "bgtask-example", targets: ["bgtask-example"]),
+        .executable(name: "bgtask-session", targets: ["bgtask-session"]),
     ],
     targets: [
         .systemLibrary(
@@ -40,6 +41,11 @@ let package = Package(
         // The UIKit-like client library and the blocking Varlink client the tools share.
         .target(name: "BGTaskClient", dependencies: ["Varlink", "BGTaskSystem"]),
         .executableTarget(name: "bgtaskctl", dependencies: ["BGTaskClient", "BGTaskCore"]),
+        // The session agent's rules (windows and the lock in, decisions out) and the sway IPC
+        // format: pure, tested without a compositor.
+        .target(name: "BGTaskSession", dependencies: ["BGTaskCore", "Varlink"]),
+        // The session agent: follows the compositor and logind, calls SetAppState.
+        .executableTarget(name: "bgtask-session", dependencies: ["BGTaskSession", "BGTaskClient", "BGTaskSystem"]),
         // A scriptable app for end-to-end tests: line commands on stdin, JSON lines out.
         .executableTarget(name: "bgtask-probe", dependencies: ["BGTaskClient"]),
         // The same, through the UIKit-like library.
@@ -55,6 +61,7 @@ let package = Package(
         .executableTarget(name: "bgtask-bench-logind", linkerSettings: [.linkedLibrary("systemd")]),
         .testTarget(name: "BGTaskCoreTests", dependencies: ["BGTaskCore"]),
         .testTarget(name: "VarlinkTests", dependencies: ["Varlink"]),
+        .testTarget(name: "BGTaskSessionTests", dependencies: ["BGTaskSession", "BGTaskCore", "Varlink"]),
         .testTarget(name: "BGTaskClientTests", dependencies: ["BGTaskClient", "Varlink"]),
         .testTarget(name: "BGTaskSystemTests", dependencies: ["BGTaskSystem", "TestSupport"]),
         .testTarget(

@@ -143,30 +143,30 @@ public final class VarlinkConnection {
 /// Calls made without waiting, for a thread that must never block on the daemon: each call
 /// is queued with a tag, written as the socket takes it, and its reply is read when it
 /// arrives (replies come in call order).
-final class PipelinedConnection<Tag> {
+public final class PipelinedConnection<Tag> {
     private let connection: VarlinkConnection
     private var output: [UInt8] = []
     /// The calls sent or queued whose replies have not arrived, oldest first.
-    private(set) var unanswered: [Tag] = []
+    public private(set) var unanswered: [Tag] = []
 
-    init(path: String) throws(ClientError) {
+    public init(path: String) throws(ClientError) {
         connection = try VarlinkConnection(path: path, nonBlocking: true)
     }
 
-    var fileDescriptor: Int32 { connection.fileDescriptor }
+    public var fileDescriptor: Int32 { connection.fileDescriptor }
 
     /// Whether bytes wait to be written (then wait for the socket to be writable too).
-    var wantsWrite: Bool { !output.isEmpty }
+    public var wantsWrite: Bool { !output.isEmpty }
 
     /// Queues `call` and writes what the socket takes now.
-    func send(_ call: VarlinkCall, tag: Tag) throws(ClientError) {
+    public func send(_ call: VarlinkCall, tag: Tag) throws(ClientError) {
         output += call.json.varlinkFrame
         unanswered.append(tag)
         try flush()
     }
 
     /// Writes what the socket takes now.
-    func flush() throws(ClientError) {
+    public func flush() throws(ClientError) {
         do {
             while !output.isEmpty, let written = try connection.socket.writeAvailable(output) {
                 output.removeFirst(written)
@@ -177,7 +177,7 @@ final class PipelinedConnection<Tag> {
     }
 
     /// The replies that have arrived, each with its call's tag.
-    func receiveAvailable() throws(ClientError) -> [(Tag, VarlinkReply)] {
+    public func receiveAvailable() throws(ClientError) -> [(Tag, VarlinkReply)] {
         var replies: [(Tag, VarlinkReply)] = []
         do {
             while let bytes = try connection.socket.readAvailable(upTo: 65536) {
@@ -197,5 +197,5 @@ final class PipelinedConnection<Tag> {
         return replies
     }
 
-    func close() { connection.close() }
+    public func close() { connection.close() }
 }

@@ -14,13 +14,16 @@ public enum Journal {
     }()
 
     /// Logs `message` at syslog `priority` with extra `FIELD=value` pairs. `sd_journal_sendv(3)`
+    /// SYSLOG_IDENTIFIER of every record: set once at start, by a program other than the daemon.
+    nonisolated(unsafe) public static var identifier = "bgtaskd"
+
     public static func log(priority: Int, message: String, fields: [(String, String)] = []) {
         guard toJournal else {
             let line = Array("<\(priority)>\(message)\n".utf8)
             _ = line.withUnsafeBytes { Glibc.write(2, $0.baseAddress, $0.count) }
             return
         }
-        var entries = ["MESSAGE=\(message)", "PRIORITY=\(priority)", "SYSLOG_IDENTIFIER=bgtaskd"]
+        var entries = ["MESSAGE=\(message)", "PRIORITY=\(priority)", "SYSLOG_IDENTIFIER=\(identifier)"]
         entries += fields.map { "\($0.0)=\($0.1)" }
         let buffers = entries.map { Array($0.utf8) }
         var vectors: [iovec] = []

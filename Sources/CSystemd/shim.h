@@ -211,4 +211,58 @@ static inline int bgtask_manager_bus_open(int fd, sd_event *event, sd_bus **out)
     return 0;
 }
 
+/* logind, for bgtask-session: the path of the session `id` (NULL: the display session of the
+ * user `uid`), into `path` (freed with free()). Returns 0 or -errno. */
+#include <stdlib.h>
+static inline int bgtask_logind_session_path(sd_bus *bus, const char *id, unsigned uid, char **path) {
+    sd_bus_error error = SD_BUS_ERROR_NULL;
+    sd_bus_message *reply = NULL;
+    const char *object = NULL;
+    int r;
+    if (id) {
+        r = sd_bus_call_method(bus, "org.freedesktop.login1", "/org/freedesktop/login1",
+                               "org.freedesktop.login1.Manager", "GetSession", &error, &reply, "s", id);
+        if (r >= 0) r = sd_bus_message_read(reply, "o", &object);
+    } else {
+        const char *user = NULL;
+        r = sd_bus_call_method(bus, "org.freedesktop.login1", "/org/freedesktop/login1",
+                               "org.freedesktop.login1.Manager", "GetUser", &error, &reply, "u", uid);
+        if (r >= 0) r = sd_bus_message_read(reply, "o", &user);
+        char *copy = r >= 0 && user ? strdup(user) : NULL;
+        sd_bus_message_unref(reply);
+        reply = NULL;
+        if (r >= 0 && !copy) r = -ENOMEM;
+        if (r >= 0) {
+            r = sd_bus_get_property(bus, "org.freedesktop.login1", copy, "org.freedesktop.login1.User", "Display",
+                                    &error, &reply, "(so)");
+            const char *session = NULL;
+            if (r >= 0) r = sd_bus_message_read(reply, "(so)", &session, &object);
+            if (r >= 0 && (!session || !session[0])) r = -ENXIO; /* no display session */
+        }
+        free(copy);
+    }
+    if (r >= 0) { *path = strdup(object); if (!*path) r = -ENOMEM; }
+    sd_bus_message_unref(reply);
+    sd_bus_error_free(&error);
+    return r;
+}
+
+/* The session's LockedHint and Active, read now. Returns 0 or -errno. */
+static inline int bgtask_logind_session_state(sd_bus *bus, const char *path, int *locked, int *active) {
+    sd_bus_error error = SD_BUS_ERROR_NULL;
+    int r = sd_bus_get_property_trivial(bus, "org.freedesktop.login1", path, "org.freedesktop.login1.Session",
+                                        "LockedHint", &error, 'b', locked);
+    if (r >= 0) r = sd_bus_get_property_trivial(bus, "org.freedesktop.login1", path, "org.freedesktop.login1.Session",
+                                                "Active", &error, 'b', active);
+    sd_bus_error_free(&error);
+    return r;
+}
+
+/* Calls `callback` on every PropertiesChanged of the session at `path` (and on logind's
+ * restart, NameOwnerChanged is not needed: the match stays). Returns 0 or -errno. */
+static inline int bgtask_logind_watch(sd_bus *bus, const char *path, sd_bus_message_handler_t callback, void *userdata) {
+    return sd_bus_match_signal(bus, NULL, "org.freedesktop.login1", path, "org.freedesktop.DBus.Properties",
+                               "PropertiesChanged", callback, userdata);
+}
+
 #endif

@@ -1,0 +1,359 @@
+// SPDX-License-Identifier: Apache-2.0
+import BGTaskClient
+import BGTaskCore
+import BGTaskSession
+import BGTaskSystem
+import CSystemd
+import Glibc
+import Varlink
+
+typealias AppKey = SessionModel.AppKey
+typealias Decision = SessionModel.Decision
+
+func log(_ priority: Int, _ message: String) { Journal.log(priority: priority, message: message) }
+
+/// The session agent: the compositor's windows and logind's lock in, `SetAppState` calls
+/// out, through `SessionModel`. Single-threaded on one sd-event loop; nothing waits except
+/// the last calls when it stops.
+final class Agent {
+    let loop: EventLoop
+    var model: SessionModel
+    let settings: SessionSettings
+    let socketPath: String
+    let uid = getuid()
+
+    // The daemon: calls pipelined, replies matched in order.
+    var daemon: PipelinedConnection<Decision>?
+    var daemonSource: EventSource?
+    /// Decisions not yet acknowledged, the latest per app: sent again after a reconnect.
+    var outbox: [AppKey: Decision] = [:]
+    var daemonRetry: EventSource!
+    var daemonRetryDelay: Int64 = 100_000_000
+    var adopted = false
+
+    // The compositor.
+    let swayPath: String?
+    var sway: FileDescriptor?
+    var swaySource: EventSource?
+    var framer = SwayIPC.Framer()
+    var swayOutput: [UInt8] = []
+    var treeInFlight = false
+    var treeDirty = false
+    var swayRetry: EventSource!
+
+    /// The processes of the windows, watched for their exit by pidfd.
+    var processes: [Int32: (pidfd: Pidfd, source: EventSource)] = [:]
+    /// Windows refused (another user's, pid 1, gone): logged once each.
+    var refused: Set<Int32> = []
+
+    var login: LoginSession?
+    var delayTimer: EventSource!
+    var signals: [EventSource] = []
+
+    init(settings: SessionSettings, socketPath: String, swayPath: String?) throws {
+        loop = try EventLoop()
+        self.settings = settings
+        self.socketPath = socketPath
+        self.swayPath = swayPath
+        model = SessionModel(focusMode: settings.focusMode, backgroundDelay: settings.backgroundDelay)
+        delayTimer = try loop.addTimer { [unowned self] in apply(model.tick(at: now)); armDelay() }
+        daemonRetry = try loop.addTimer { [unowned self] in connectDaemon() }
+        swayRetry = try loop.addTimer { [unowned self] in connectSway() }
+        for signal in [SIGTERM, SIGINT] {
+            signals.append(try loop.addSignal(signal) { [unowned self] in stop(reason: "bgtask-session stopping") })
+        }
+    }
+
+    var now: Instant { Instant(nanoseconds: Clock.monotonicNanoseconds()) }
+
+    func run() throws -> Int32 {
+        connectDaemon()
+        if swayPath != nil { connectSway() }
+        watchLogin()
+        return try loop.run()
+    }
+
+    // MARK: decisions
+
+    func apply(_ decisions: [Decision]) {
+        for decision in decisions {
+            log(6, "\(decision.app): \(decision.state.rawValue), \(decision.reason)")
+            outbox[decision.app] = decision
+            send(decision)
+        }
+    }
+
+    func send(_ decision: Decision) {
+        guard let daemon else { return }  // kept in the outbox for the reconnect
+        do {
+            try daemon.send(call(for: decision), tag: decision)
+            updateDaemonEvents()
+        } catch {
+            daemonLost("\(error)")
+        }
+    }
+
+    func call(for decision: Decision) -> VarlinkCall {
+        var parameters: [String: JSON] = ["state": .string(decision.state.rawValue), "reason": .string(decision.reason)]
+        switch decision.app {
+        case let .pid(pid): parameters["pid"] = .int(Int64(pid))
+        case let .unit(unit): parameters["unit"] = .string(unit)
+        }
+        return VarlinkCall(method: "io.bgtaskd.Manager.SetAppState", parameters: parameters)
+    }
+
+    func armDelay() {
+        delayTimer.arm(at: model.nextDeadline?.nanoseconds)
+    }
+
+    // MARK: the daemon
+
+    func connectDaemon() {
+        do {
+            if !adopted { try adopt() }
+            let connection = try PipelinedConnection<Decision>(path: socketPath)
+            daemon = connection
+            daemonSource = try loop.addIO(connection.fileDescriptor, events: UInt32(EPOLLIN.rawValue | EPOLLRDHUP.rawValue)) {
+                [unowned self] _ in daemonReady()
+            }
+            daemonRetryDelay = 100_000_000
+            log(6, "connected to bgtaskd at \(socketPath)")
+            // What did not reach the daemon before it went away (or before it was up).
+            for decision in outbox.values.sorted(by: { $0.app.description < $1.app.description }) { send(decision) }
+        } catch {
+            if daemonRetryDelay == 100_000_000 { log(4, "bgtaskd at \(socketPath): \(error); trying again") }
+            daemon = nil
+            daemonRetry.arm(at: Clock.monotonicNanoseconds() + daemonRetryDelay)
+            daemonRetryDelay = min(daemonRetryDelay * 2, 2_000_000_000)
+        }
+    }
+
+    /// Apps an earlier run of the agent put in the background are this run's to bring back.
+    func adopt() throws {
+        let connection = try VarlinkConnection(path: socketPath)
+        defer { connection.close() }
+        let reply = try connection.call("io.bgtaskd.Manager.ListApps", timeoutMilliseconds: 5000)
+        let mine = (reply["apps"]?.arrayValue ?? []).compactMap { app -> AppKey? in
+            guard app["uid"]?.intValue == Int64(uid), app["manager"]?.stringValue?.hasPrefix("bgtask-session[") == true,
+                  app["state"]?.stringValue == "background" || app["state"]?.stringValue == "suspended",
+                  let pid = app["pid"]?.intValue else { return nil }
+            return .pid(Int32(pid))
+        }
+        if !mine.isEmpty { log(6, "taking over \(mine.count) apps an earlier bgtask-session put in the background") }
+        model.adopt(mine)
+        adopted = true
+    }
+
+    func updateDaemonEvents() {
+        guard let daemon else { return }
+        var events = UInt32(EPOLLIN.rawValue | EPOLLRDHUP.rawValue)
+        if daemon.wantsWrite { events |= UInt32(EPOLLOUT.rawValue) }
+        daemonSource?.setIOEvents(events)
+    }
+
+    func daemonReady() {
+        guard let daemon else { return }
+        do {
+            try daemon.flush()
+            for (decision, reply) in try daemon.receiveAvailable() { answered(decision, reply) }
+            updateDaemonEvents()
+        } catch {
+            daemonLost("\(error)")
+        }
+    }
+
+    func answered(_ decision: Decision, _ reply: VarlinkReply) {
+        if outbox[decision.app] == decision { outbox[decision.app] = nil }
+        guard let error = reply.error else { return }
+        let name = error.split(separator: ".").last.map(String.init) ?? error
+        switch name {
+        case "NoSuchApp", "NoSuchProcess", "NoSuchUnit":
+            forget(decision.app)  // it exited
+        default:
+            log(4, "bgtaskd refused \(decision.app) \(decision.state.rawValue): \(error)")
+            if name == "PermissionDenied" { forget(decision.app) }
+        }
+    }
+
+    func daemonLost(_ why: String) {
+        guard daemon != nil else { return }
+        log(4, "lost bgtaskd (\(why)); reconnecting")
+        daemonSource = nil
+        daemon?.close()
+        daemon = nil
+        daemonRetry.arm(at: Clock.monotonicNanoseconds() + daemonRetryDelay)
+    }
+
+    // MARK: the compositor (sway / i3 IPC)
+
+    func connectSway() {
+        guard let swayPath else { return }
+        do {
+            let socket = try UnixSocket.connect(path: swayPath, nonBlocking: true)
+            sway = socket
+            framer = SwayIPC.Framer()
+            swayOutput = SwayIPC.frame(.subscribe, #"["window","workspace","shutdown"]"#)
+            treeInFlight = false
+            treeDirty = false
+            swaySource = try loop.addIO(socket.rawValue, events: UInt32(EPOLLIN.rawValue | EPOLLOUT.rawValue | EPOLLRDHUP.rawValue)) {
+                [unowned self] _ in swayReady()
+            }
+            requestTree()
+            log(6, "following sway at \(swayPath)")
+        } catch {
+            sway = nil
+            swayRetry.arm(at: Clock.monotonicNanoseconds() + 1_000_000_000)
+        }
+    }
+
+    func requestTree() {
+        if treeInFlight { treeDirty = true; return }
+        treeInFlight = true
+        swayOutput += SwayIPC.frame(.getTree)
+        swaySource?.setIOEvents(UInt32(EPOLLIN.rawValue | EPOLLOUT.rawValue | EPOLLRDHUP.rawValue))
+    }
+
+    func swayReady() {
+        guard let sway else { return }
+        do {
+            while !swayOutput.isEmpty, let written = try sway.writeAvailable(swayOutput) { swayOutput.removeFirst(written) }
+            var total = 0
+            while let bytes = try sway.readAvailable(upTo: 65536) {
+                if bytes.isEmpty { return compositorGone("the compositor closed its socket") }
+                framer.append(bytes)
+                total += bytes.count
+                while let frame = try framer.next() { handleSway(frame.type, frame.payload) }
+                if total > 4 << 20 { break }  // others get their turn; the rest is read next pass
+            }
+            while let frame = try framer.next() { handleSway(frame.type, frame.payload) }
+            swaySource?.setIOEvents(UInt32(EPOLLIN.rawValue | EPOLLRDHUP.rawValue) | (swayOutput.isEmpty ? 0 : UInt32(EPOLLOUT.rawValue)))
+        } catch let error as SwayIPC.FrameError {
+            compositorGone("the compositor sent \(error)")
+        } catch {
+            compositorGone("\(error)")
+        }
+    }
+
+    func handleSway(_ type: UInt32, _ payload: [UInt8]) {
+        switch type {
+        case SwayIPC.MessageType.getTree.rawValue:
+            treeInFlight = false
+            guard let tree = try? JSON.parse(payload) else {
+                log(4, "sway sent a tree that is not JSON (\(payload.count) bytes); ignored")
+                return
+            }
+            observe(SwayIPC.windows(ofTree: tree))
+            if treeDirty { treeDirty = false; requestTree() }
+        case SwayIPC.MessageType.windowEvent, SwayIPC.MessageType.workspaceEvent:
+            requestTree()
+        case SwayIPC.MessageType.shutdownEvent:
+            compositorGone("sway is shutting down")
+        default:
+            break  // the subscription's reply
+        }
+    }
+
+    func observe(_ windows: [SwayIPC.TreeWindow]) {
+        var report: [SessionModel.Window] = []
+        for window in windows where accept(window.pid) {
+            report.append(.init(app: .pid(window.pid), visible: window.visible, focused: window.focused, place: window.place))
+        }
+        apply(model.observe(report, at: now))
+        armDelay()
+    }
+
+    /// A window's process is managed if it is the user's own and alive (a pidfd watches its
+    /// exit); pid 1, the agent itself, another user's process: logged once and left alone.
+    func accept(_ pid: Int32) -> Bool {
+        if processes[pid] != nil { return true }
+        guard !refused.contains(pid) else { return false }
+        var why: String?
+        var info = stat()
+        if pid <= 1 || pid == getpid() {
+            why = "not an app"
+        } else if stat("/proc/\(pid)", &info) != 0 {
+            why = "no such process"
+        } else if info.st_uid != uid {
+            why = "another user's (uid \(info.st_uid))"
+        }
+        if why == nil {
+            do {
+                let pidfd = try Pidfd.open(pid: pid)
+                let source = try loop.addIO(pidfd.descriptor.rawValue, events: UInt32(EPOLLIN.rawValue)) { [unowned self] _ in
+                    forget(.pid(pid))
+                }
+                processes[pid] = (pidfd, source)
+                return true
+            } catch {
+                why = "\(error)"
+            }
+        }
+        if refused.count >= 4096 { refused.removeAll() }
+        refused.insert(pid)
+        log(5, "window of pid \(pid) left alone: \(why!)")
+        return false
+    }
+
+    func forget(_ app: AppKey) {
+        model.forget(app)
+        outbox[app] = nil
+        if case let .pid(pid) = app { processes[pid] = nil }
+        armDelay()
+    }
+
+    /// Nothing is left stopped with nobody in charge: every app the agent backgrounded comes
+    /// back; the compositor is looked for again each second.
+    func compositorGone(_ why: String) {
+        log(4, "\(why); bringing back the apps bgtask-session put in the background")
+        swaySource = nil
+        sway?.close()
+        sway = nil
+        apply(model.releaseAll(reason: "compositor gone"))
+        armDelay()
+        swayRetry.arm(at: Clock.monotonicNanoseconds() + 1_000_000_000)
+    }
+
+    // MARK: logind
+
+    func watchLogin() {
+        let id = Host.environment("XDG_SESSION_ID")
+        do {
+            let session = try LoginSession(id: id, uid: uid, loop: loop) { [unowned self] state in sessionChanged(state) }
+            login = session
+            log(6, "following logind session \(session.path)")
+            sessionChanged(try session.state())
+        } catch {
+            log(6, "no logind session followed: \(error)")
+        }
+    }
+
+    func sessionChanged(_ state: LoginSession.State) {
+        let off = state.locked || !state.active
+        let reason = state.locked ? "session locked" : !state.active ? "session no longer active" : "session unlocked and active"
+        apply(model.setLocked(off, reason: reason, at: now))
+        armDelay()
+    }
+
+    // MARK: stopping
+
+    /// Brings back what the agent backgrounded, waiting (at most 2 s) for the daemon to
+    /// answer, then leaves the loop.
+    func stop(reason: String) {
+        let decisions = model.releaseAll(reason: reason)
+        let calls = decisions + outbox.values.filter { $0.state == .foreground && !decisions.map(\.app).contains($0.app) }
+        if !calls.isEmpty {
+            do {
+                let connection = try VarlinkConnection(path: socketPath)
+                for decision in calls {
+                    log(6, "\(decision.app): foreground, \(decision.reason)")
+                    try connection.send(call(for: decision))
+                }
+                for _ in calls { _ = try connection.receive(timeoutMilliseconds: 2000) }
+                connection.close()
+            } catch {
+                log(3, "could not bring back \(calls.count) apps: \(error)")
+            }
+        }
+        loop.exit(code: 0)
+    }
+}
