@@ -57,6 +57,11 @@ public struct SessionModel {
         public var app: AppKey
         public var state: Target
         public var reason: String
+        public init(app: AppKey, state: Target, reason: String) {
+            self.app = app
+            self.state = state
+            self.reason = reason
+        }
         public var description: String { "\(app) → \(state.rawValue) (\(reason))" }
     }
 
