@@ -40,6 +40,9 @@ final class Agent {
     var treeInFlight = false
     var treeDirty = false
     var swayRetry: EventSource!
+    /// The unit the compositor runs in, if it is one an app could be (sway.service, a
+    /// scope): a window in it is left alone, or the daemon would suspend the compositor too.
+    var compositorUnit: String?
 
     /// The processes of the windows, watched for their exit by pidfd.
     var processes: [Int32: (pidfd: Pidfd, source: EventSource)] = [:]
@@ -191,6 +194,7 @@ final class Agent {
         do {
             let socket = try UnixSocket.connect(path: swayPath, nonBlocking: true)
             sway = socket
+            compositorUnit = (try? UnixSocket.peerCredentials(socket)).flatMap { unit(of: $0.pid) }
             framer = SwayIPC.Framer()
             swayOutput = SwayIPC.frame(.subscribe, #"["window","workspace","shutdown"]"#)
             treeInFlight = false
@@ -275,6 +279,9 @@ final class Agent {
             why = "no such process"
         } else if info.st_uid != uid {
             why = "another user's (uid \(info.st_uid))"
+        } else if let compositorUnit, unit(of: pid) == compositorUnit {
+            why = "it shares the compositor's unit \(AppUnit.name(ofPath: compositorUnit)) (bgtaskd would suspend the compositor"
+                + " with it; launch apps in units of their own, app-NAME-RANDOM.scope)"
         }
         if why == nil {
             do {
@@ -292,6 +299,11 @@ final class Agent {
         refused.insert(pid)
         log(5, "window of pid \(pid) left alone: \(why!)")
         return false
+    }
+
+    /// The unit cgroup that would make `pid` a unit app, as the daemon sees it.
+    func unit(of pid: Int32) -> String? {
+        Cgroup.of(pid: pid).flatMap { AppUnit.of(cgroupPath: $0.path, daemonUnit: nil) }
     }
 
     func forget(_ app: AppKey) {

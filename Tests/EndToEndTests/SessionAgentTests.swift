@@ -1,0 +1,211 @@
+// SPDX-License-Identifier: Apache-2.0
+import BGTaskSystem
+import Glibc
+import Testing
+import TestSupport
+import Varlink
+
+/// bgtask-session against a real sway with real foot windows, all as uid 65534, and a root
+/// daemon: the workspace, the scratchpad and the focus decide, no bgtaskctl call. Serialized:
+/// each test runs a compositor of its own.
+@Suite(.serialized) struct SessionAgentTests {
+    /// A compositor, a daemon and an agent for one test.
+    final class Rig {
+        let sway: SwaySession
+        let daemon: TestDaemon
+        var agent: Spawned?
+        /// Each agent started logs to a file of its own.
+        var agentLog: String { sway.directory + "/agent\(started).log" }
+        var started = 0
+
+        init(daemonSettings: [String] = [], swayCgroup: String? = nil) throws {
+            sway = try SwaySession(cgroup: swayCgroup)
+            daemon = try TestDaemon(["BackgroundTimeSec=3s", "ExpirationWarningSec=1s"] + daemonSettings)
+        }
+
+        deinit { if let agent { agent.killTree(); _ = try? agent.wait(timeout: 5) } }
+
+        func startAgent(_ settings: [String] = ["BackgroundDelaySec=300ms"], daemon: TestDaemon? = nil) throws {
+            let target = daemon ?? self.daemon
+            started += 1
+            agent = try sway.agent(socket: target.socketPath, settings, log: agentLog)
+            try waitUntil("the agent to follow sway", timeout: 10) { agentLines().contains { $0.contains("following sway") } }
+        }
+
+        func agentLines() -> [String] {
+            String(decoding: (try? readFile(agentLog)) ?? [], as: UTF8.self).split(separator: "\n").map(String.init)
+        }
+    }
+
+    func stopped(_ pid: Int32) -> Bool { processState(pid) == "T" }
+    func running(_ pid: Int32) -> Bool { if let state = processState(pid) { state != "T" } else { false } }
+
+    @Test(.enabled(if: SwaySession.available, SwaySession.missing))
+    func aWorkspaceSwitchSuspendsTheHiddenWindowAndBringsItBack() throws {
+        let rig = try Rig()
+        let one = try rig.sway.openFoot(on: "1"), two = try rig.sway.openFoot(on: "2")
+        try rig.sway.msg("workspace", "1")
+        try rig.startAgent()
+        // two is on the hidden workspace 2: background after the delay; one stays.
+        try waitUntil("foot on workspace 2 to be suspended", timeout: 1.3 + 2) { stopped(two) }
+        #expect(running(one))
+        try rig.sway.msg("workspace", "2")
+        // Foreground is immediate: the event, the tree, the call.
+        let shown = Clock.monotonicNanoseconds()
+        try waitUntil("foot on workspace 2 to run again", timeout: 1) { running(two) }
+        let latency = Double(Clock.monotonicNanoseconds() - shown) / 1e6
+        // BackgroundDelaySec (300 ms) + 1 s, from the event.
+        let left = Clock.monotonicNanoseconds()
+        try waitUntil("foot on workspace 1 to be suspended", timeout: 1.3) { stopped(one) }
+        #expect(Double(Clock.monotonicNanoseconds() - left) / 1e6 >= 250, "not before the delay")
+        #expect(running(two))
+        print("SessionAgentTests: foreground \(latency) ms after swaymsg returned")
+        // Who and why: the MANAGER column and the journal.
+        let (status, table) = try rig.daemon.ctl(["apps"], asUser: SwaySession.uid)
+        #expect(status == 0 && table.contains("bgtask-session[\(rig.agent!.pid)]"))
+        #expect(rig.daemon.log().contains { $0.contains("App pid \(one) (foot) entered the background") && $0.contains("window left workspace 1") })
+        try rig.sway.msg("workspace", "1")
+        try waitUntil("foot on workspace 1 to run again", timeout: 1) { running(one) }
+    }
+
+    @Test(.enabled(if: SwaySession.available, SwaySession.missing))
+    func theScratchpadBackgroundsAndShowingItBringsBack() throws {
+        let rig = try Rig()
+        let foot = try rig.sway.openFoot(on: "1")
+        try rig.startAgent(["BackgroundDelaySec=0"])
+        try rig.sway.msg("[pid=\(foot)]", "move", "scratchpad")
+        try waitUntil("foot in the scratchpad to be suspended", timeout: 2) { stopped(foot) }
+        #expect(rig.daemon.log().contains { $0.contains("App pid \(foot)") && $0.contains("window left workspace 1") })
+        try rig.sway.msg("[pid=\(foot)]", "scratchpad", "show")
+        try waitUntil("foot shown from the scratchpad to run", timeout: 2) { running(foot) }
+    }
+
+    @Test(.enabled(if: SwaySession.available, SwaySession.missing))
+    func focusedModeForegroundsOnlyTheFocusedWindow() throws {
+        let rig = try Rig()
+        let left = try rig.sway.openFoot(on: "1"), right = try rig.sway.openFoot(on: "1")  // side by side
+        try rig.sway.msg("[pid=\(right)]", "focus")
+        try rig.startAgent(["FocusMode=focused", "BackgroundDelaySec=0"])
+        try waitUntil("the unfocused foot to be suspended", timeout: 2) { stopped(left) }
+        #expect(running(right))
+        try rig.sway.msg("[pid=\(left)]", "focus")
+        try waitUntil("the focus to swap who runs", timeout: 2) { running(left) && stopped(right) }
+    }
+
+    @Test(.enabled(if: SwaySession.available && Capabilities.cgroupsWritable, "needs sway, foot and a writable cgroup v2"))
+    func aWorkspaceSwitchRunsTheWholeLifecycle() throws {
+        // foot and the app it runs are one unit app (a cgroup named as a launcher names it),
+        // as a desktop starts them; the app uses the Swift library's expiration handler.
+        // sway runs in a scope of the user's manager, as a session's compositor does, so that
+        // the user may move what it starts into another cgroup of its own.
+        let subtree = try DelegatedSubtree(uid: SwaySession.uid, cgroups: 0)
+        let session = subtree.root.directory + "/sway-session.scope", scope = subtree.root.directory + "/app-foot-4242.scope"
+        for path in [session, scope] {
+            try systemCall("mkdir(\(path))") { mkdir(path, 0o755) }
+            try systemCall("chown(\(path))") { chown(path, SwaySession.uid, SwaySession.uid) }
+            try systemCall("chown(cgroup.procs)") { chown(path + "/cgroup.procs", SwaySession.uid, SwaySession.uid) }
+        }
+        // The user moves processes between its cgroups: it may write the common ancestor's
+        // cgroup.procs, as systemd's delegation allows.
+        try systemCall("chown(cgroup.procs)") { chown(subtree.root.directory + "/cgroup.procs", SwaySession.uid, SwaySession.uid) }
+        defer { rmdir(scope); rmdir(session) }
+        let rig = try Rig(swayCgroup: session)
+        let output = rig.sway.runtime + "/example.log"  // the user's to write
+        try rig.sway.msg("workspace", "1")
+        let before = Set(try rig.sway.windowPIDs())
+        // (sway expands `$` in commands: 0 is "the writer itself" to cgroup.procs.)
+        let command = "sh -c 'echo 0 > \(scope)/cgroup.procs && BGTASKD_SOCKET=\(rig.daemon.socketPath) exec foot sh -c \"exec \(Binaries.path("bgtask-example")) > \(output) 2>&1\"'"
+        try rig.sway.msg("exec", command)
+        try waitUntil("the example's window", timeout: 15) { try !rig.sway.windowPIDs().filter { !before.contains($0) }.isEmpty }
+        func said(_ text: String) -> Bool { String(decoding: (try? readFile(output)) ?? [], as: UTF8.self).contains(text) }
+        try waitUntil("the example to register", timeout: 10) { said("running in the foreground") }
+        try rig.startAgent(["BackgroundDelaySec=0"])
+        let switched = Clock.monotonicNanoseconds()
+        try rig.sway.msg("workspace", "2")
+        try waitUntil("the example to enter the background", timeout: 3) { said("entered the background") }
+        try waitUntil("its task to begin", timeout: 3) { said("began background task") }
+        try waitUntil("its expiration handler", timeout: 6) { said("time is nearly up") }
+        // Warned before its deadline (3 s of background time, the warning 1 s before it).
+        #expect(Double(Clock.monotonicNanoseconds() - switched) / 1e9 < 3)
+        // Suspended: its cgroup frozen, or (the daemon's choice for a user's own cgroup) every
+        // process of it stopped.
+        func members() -> [Int32] {
+            String(decoding: (try? readFile(scope + "/cgroup.procs")) ?? [], as: UTF8.self).split(separator: "\n").compactMap { Int32($0) }
+        }
+        func suspended() -> Bool {
+            String(decoding: (try? readFile(scope + "/cgroup.events")) ?? [], as: UTF8.self).contains("frozen 1")
+                || (!members().isEmpty && members().allSatisfy { processState($0) == "T" })
+        }
+        try waitUntil("the unit app suspended: \(rig.daemon.log().suffix(3))", timeout: 6) { suspended() }
+        #expect(rig.daemon.log().contains { $0.contains("entered the background") && $0.contains("bgtask-session[") })
+        #expect(!rig.daemon.log().contains { $0.contains("terminated") })
+        try rig.sway.msg("workspace", "1")
+        try waitUntil("the unit app running again", timeout: 2) { !suspended() }
+        try waitUntil("the example back in the foreground", timeout: 3) { said("back in the foreground") }
+        // Its processes are killed with sway; the scope is removed once empty.
+        rig.sway.process.killTree()
+        try waitUntil("the scope to empty", timeout: 5) {
+            String(decoding: (try? readFile(scope + "/cgroup.procs")) ?? [], as: UTF8.self).isEmpty
+        }
+    }
+
+    @Test(.enabled(if: SwaySession.available, SwaySession.missing))
+    func stoppingTheAgentLeavesNothingStopped() throws {
+        let rig = try Rig()
+        let one = try rig.sway.openFoot(on: "1")
+        try rig.sway.msg("workspace", "2")
+        try rig.startAgent(["BackgroundDelaySec=0"])
+        try waitUntil("foot on workspace 1 suspended", timeout: 2) { stopped(one) }
+        try rig.agent!.signal(SIGTERM)
+        #expect(try rig.agent!.wait(timeout: 5) == 0)
+        #expect(running(one), "the agent brought back what it backgrounded before it left")
+        #expect(rig.daemon.log().contains { $0.contains("App pid \(one)") && $0.contains("bgtask-session stopping") })
+    }
+
+    @Test(.enabled(if: SwaySession.available, SwaySession.missing))
+    func aRestartedAgentTakesOverWhatTheLastOneBackgrounded() throws {
+        let rig = try Rig()
+        let one = try rig.sway.openFoot(on: "1")
+        try rig.sway.msg("workspace", "2")
+        try rig.startAgent(["BackgroundDelaySec=0"])
+        try waitUntil("foot on workspace 1 suspended", timeout: 2) { stopped(one) }
+        try rig.agent!.signal(SIGKILL)  // no chance to bring anything back
+        _ = try rig.agent!.wait(timeout: 5)
+        #expect(stopped(one))
+        try rig.startAgent(["BackgroundDelaySec=0"])
+        #expect(rig.agentLines().contains { $0.contains("taking over 1 apps") })
+        try rig.sway.msg("workspace", "1")
+        try waitUntil("the new agent to bring foot back", timeout: 2) { running(one) }
+    }
+
+    @Test(.enabled(if: SwaySession.available, SwaySession.missing))
+    func killingTheCompositorLeavesNothingStopped() throws {
+        let rig = try Rig()
+        let one = try rig.sway.openFoot(on: "1")
+        let foot = try Pidfd.open(pid: one)  // to see it exit, once resumed
+        try rig.sway.msg("workspace", "2")
+        try rig.startAgent(["BackgroundDelaySec=0"])
+        try waitUntil("foot on workspace 1 suspended", timeout: 2) { stopped(one) }
+        // Only sway itself: its clients lose their display.
+        try rig.sway.process.signal(SIGKILL)  // the spawned child is sway (setpriv and python exec'd into it)
+        try waitUntil("foot resumed (and gone with its display)", timeout: 5) { foot.hasExited || running(one) }
+        #expect(rig.agentLines().contains { $0.contains("bringing back the apps") })
+        #expect(rig.agent?.hasExited == false, "the agent keeps running, looking for the compositor")
+    }
+
+    @Test(.enabled(if: SwaySession.available, SwaySession.missing))
+    func aDaemonKilledAndRestartedLeavesNothingStopped() throws {
+        let rig = try Rig()
+        let one = try rig.sway.openFoot(on: "1"), two = try rig.sway.openFoot(on: "2")
+        try rig.startAgent(["BackgroundDelaySec=0"])
+        try waitUntil("foot on workspace 1 suspended", timeout: 2) { stopped(one) }
+        try rig.daemon.crash()
+        // While the daemon is away the user switches: the agent keeps the decisions.
+        try rig.sway.msg("workspace", "1")
+        let restarted = try rig.daemon.restart(["BackgroundTimeSec=3s", "ExpirationWarningSec=1s"])
+        try waitUntil("the agent to reconnect and bring foot 1 back", timeout: 5) { running(one) }
+        try waitUntil("foot 2 suspended by the restarted daemon", timeout: 5) { stopped(two) }
+        #expect(rig.agentLines().contains { $0.contains("lost bgtaskd") })
+        #expect(restarted.log().contains { $0.contains("App pid \(one)") && $0.contains("resumed: foreground") })
+    }
+}
