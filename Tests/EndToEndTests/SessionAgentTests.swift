@@ -209,3 +209,79 @@ import Varlink
         #expect(restarted.log().contains { $0.contains("App pid \(one)") && $0.contains("resumed: foreground") })
     }
 }
+
+/// A compositor socket that lies: windows of pid 1 and of another user, a 64 KiB app_id of
+/// control characters, garbage, a frame claiming 1 GiB. The agent logs, ignores, reconnects,
+/// and stays small.
+@Suite struct SessionAgentHostileCompositorTests {
+    func frame(_ type: UInt32, _ payload: String) -> [UInt8] {
+        var out = Array("i3-ipc".utf8)
+        withUnsafeBytes(of: UInt32(payload.utf8.count)) { out.append(contentsOf: $0) }
+        withUnsafeBytes(of: type) { out.append(contentsOf: $0) }
+        return out + Array(payload.utf8)
+    }
+
+    @Test func aLyingCompositorIsLoggedAndIgnored() throws {
+        let daemon = try TestDaemon()
+        let directory = daemon.directory + "/fake-sway"
+        try systemCall("mkdir") { mkdir(directory, 0o755) }
+        let path = directory + "/sway-ipc.sock"
+        let listener = try UnixSocket.listen(path: path)
+        chmod(path, 0o666)
+        // Windows: pid 1, a process of root's, and one of the user's own with a hostile app_id.
+        let rootProcess = try Spawned("/bin/sleep", ["60"])
+        let own = try Spawned("/usr/bin/setpriv", SwaySession.asUser + ["/bin/sleep", "60"])
+        let hostile = String(repeating: "\u{1b}[2J\u{7}", count: 64 * 1024 / 6)
+        let tree = """
+        {"type":"root","nodes":[{"type":"output","name":"X","nodes":[{"type":"workspace","name":"1","nodes":[
+          {"type":"con","pid":1,"visible":false,"nodes":[]},
+          {"type":"con","pid":\(rootProcess.pid),"visible":false,"nodes":[]},
+          {"type":"con","pid":\(own.pid),"visible":false,"app_id":\(JSON.string(hostile).serialized),"nodes":[]}]}]}]}
+        """
+        let log = daemon.directory + "/agent.log"
+        let agent = try Spawned("/usr/bin/setpriv", SwaySession.asUser + [Binaries.path("bgtask-session"), "--socket", daemon.socketPath,
+                                                                          "--set", "BackgroundDelaySec=0"],
+                                environment: ["PATH=/usr/bin:/bin", "SWAYSOCK=\(path)"], standardError: .file(log))
+        defer { agent.killTree(); _ = try? agent.wait(timeout: 5) }
+        func lines() -> String { String(decoding: (try? readFile(log)) ?? [], as: UTF8.self) }
+        func accept() throws -> FileDescriptor {
+            var connection: FileDescriptor?
+            try waitUntil("the agent to connect", timeout: 5) { connection = try UnixSocket.accept(listener); return connection != nil }
+            return connection!
+        }
+        func send(_ socket: FileDescriptor, _ bytes: [UInt8]) throws {
+            var rest = bytes[...]
+            try waitUntil("the agent to read \(bytes.count) bytes", timeout: 5) {
+                if let written = try socket.writeAvailable(rest) { rest = rest.dropFirst(written) }
+                return rest.isEmpty
+            }
+        }
+        // 1. A tree with windows it must refuse, and one it may manage.
+        let first = try accept()
+        try send(first, frame(2, #"{"success":true}"#) + frame(4, tree))
+        try waitUntil("the user's own window backgrounded and suspended", timeout: 5) { processState(own.pid) == "T" }
+        #expect(lines().contains("window of pid 1 left alone: not an app"))
+        #expect(lines().contains("window of pid \(rootProcess.pid) left alone: another user's (uid 0)"))
+        #expect(try daemon.apps().map { $0["pid"]?.intValue } == [Int64(own.pid)])
+        #expect(processState(rootProcess.pid) != "T")
+        // 2. Garbage: the agent lets go of what it backgrounded and connects again.
+        try send(first, Array("HTTP/1.1 400 Bad Request\r\n\r\n".utf8))
+        try waitUntil("the app brought back", timeout: 5) { processState(own.pid) != "T" }
+        #expect(lines().contains("not i3 IPC"))
+        first.close()
+        // 3. A frame claiming 1 GiB: refused before anything is buffered.
+        let second = try accept()
+        var header = Array("i3-ipc".utf8)
+        withUnsafeBytes(of: UInt32(1 << 30)) { header.append(contentsOf: $0) }
+        withUnsafeBytes(of: UInt32(4)) { header.append(contentsOf: $0) }
+        try send(second, header + [UInt8](repeating: 0x41, count: 4096))
+        try waitUntil("the huge frame refused", timeout: 5) { lines().contains("a frame of 1073741824 bytes") }
+        second.close()
+        let third = try accept()  // still there, and trying again
+        third.close()
+        #expect(!agent.hasExited)
+        let status = String(decoding: try readFile("/proc/\(agent.pid)/status"), as: UTF8.self)
+        let rss = status.split(separator: "\n").first { $0.hasPrefix("VmRSS:") }.flatMap { $0.split(separator: " ").dropFirst().first }.flatMap { Int($0) } ?? 0
+        #expect(rss > 0 && rss < 64 * 1024, "agent RSS \(rss) KiB")
+    }
+}
