@@ -44,8 +44,11 @@ let package = Package(
         // The session agent's rules (windows and the lock in, decisions out) and the sway IPC
         // format: pure, tested without a compositor.
         .target(name: "BGTaskSession", dependencies: ["BGTaskCore", "Varlink"]),
+        // wlr-foreign-toplevel-management over libwayland-client, with the glue wayland-scanner
+        // makes at build time (scripts/wayland-glue; without it, no wlr support).
+        .target(name: "CWayland", exclude: ["generated"], linkerSettings: [.linkedLibrary("wayland-client")]),
         // The session agent: follows the compositor and logind, calls SetAppState.
-        .executableTarget(name: "bgtask-session", dependencies: ["BGTaskSession", "BGTaskClient", "BGTaskSystem"]),
+        .executableTarget(name: "bgtask-session", dependencies: ["BGTaskSession", "BGTaskClient", "BGTaskSystem", "CWayland"]),
         // A scriptable app for end-to-end tests: line commands on stdin, JSON lines out.
         .executableTarget(name: "bgtask-probe", dependencies: ["BGTaskClient"]),
         // The same, through the UIKit-like library.

@@ -4,6 +4,7 @@ import BGTaskCore
 import BGTaskSession
 import BGTaskSystem
 import CSystemd
+import CWayland
 import Glibc
 import Varlink
 
@@ -31,8 +32,12 @@ final class Agent {
     var daemonRetryDelay: Int64 = 100_000_000
     var adopted = false
 
-    // The compositor.
-    let swayPath: String?
+    /// Where windows come from.
+    enum Source { case sway(String), wlr, none }
+    let source: Source
+
+    // The compositor: sway's IPC.
+    var swayPath: String? { if case let .sway(path) = source { path } else { nil } }
     var sway: FileDescriptor?
     var swaySource: EventSource?
     var framer = SwayIPC.Framer()
@@ -46,6 +51,13 @@ final class Agent {
 
     /// The processes of the windows, watched for their exit by pidfd.
     var processes: [Int32: (pidfd: Pidfd, source: EventSource)] = [:]
+
+    // The compositor: wlr-foreign-toplevel-management.
+    var wlr: OpaquePointer?
+    var wlrSource: EventSource?
+    var toplevels: [UInt32: (appID: String?, activated: Bool, minimized: Bool)] = [:]
+    /// app_ids with no unit (or several): logged once each.
+    var unmatched: Set<String> = []
     /// Windows refused (another user's, pid 1, gone): logged once each.
     var refused: Set<Int32> = []
 
@@ -53,15 +65,15 @@ final class Agent {
     var delayTimer: EventSource!
     var signals: [EventSource] = []
 
-    init(settings: SessionSettings, socketPath: String, swayPath: String?) throws {
+    init(settings: SessionSettings, socketPath: String, source: Source) throws {
         loop = try EventLoop()
         self.settings = settings
         self.socketPath = socketPath
-        self.swayPath = swayPath
+        self.source = source
         model = SessionModel(focusMode: settings.focusMode, backgroundDelay: settings.backgroundDelay)
         delayTimer = try loop.addTimer { [unowned self] in apply(model.tick(at: now)); armDelay() }
         daemonRetry = try loop.addTimer { [unowned self] in connectDaemon() }
-        swayRetry = try loop.addTimer { [unowned self] in connectSway() }
+        swayRetry = try loop.addTimer { [unowned self] in connectCompositor() }
         for signal in [SIGTERM, SIGINT] {
             signals.append(try loop.addSignal(signal) { [unowned self] in stop(reason: "bgtask-session stopping") })
         }
@@ -71,7 +83,7 @@ final class Agent {
 
     func run() throws -> Int32 {
         connectDaemon()
-        if swayPath != nil { connectSway() }
+        connectCompositor()
         watchLogin()
         return try loop.run()
     }
@@ -188,6 +200,14 @@ final class Agent {
     }
 
     // MARK: the compositor (sway / i3 IPC)
+
+    func connectCompositor() {
+        switch source {
+        case .sway: connectSway()
+        case .wlr: connectWlr()
+        case .none: break
+        }
+    }
 
     func connectSway() {
         guard let swayPath else { return }
@@ -320,9 +340,100 @@ final class Agent {
         swaySource = nil
         sway?.close()
         sway = nil
+        wlrSource = nil
+        bgtask_wlr_free(wlr)
+        wlr = nil
+        toplevels = [:]
         apply(model.releaseAll(reason: "compositor gone"))
         armDelay()
         swayRetry.arm(at: Clock.monotonicNanoseconds() + 1_000_000_000)
+    }
+
+    // MARK: the compositor (wlr-foreign-toplevel-management)
+
+    func connectWlr() {
+        var raw: OpaquePointer?
+        let result = bgtask_wlr_connect(nil, { userdata, kind, id, appID, activated, minimized in
+            let agent = Unmanaged<Agent>.fromOpaque(userdata!).takeUnretainedValue()
+            agent.toplevelChanged(kind, id, appID.map { String(cString: $0) }, activated: activated != 0, minimized: minimized != 0)
+        }, Unmanaged.passUnretained(self).toOpaque(), &raw)
+        guard result == 0, let raw else {
+            if result == -ENOTSUP { return log(3, "this bgtask-session was built without wlr-foreign-toplevel support") }
+            if result == -ENOENT { log(4, "the compositor offers no zwlr_foreign_toplevel_manager_v1; looking again in a second") }
+            swayRetry.arm(at: Clock.monotonicNanoseconds() + 1_000_000_000)
+            return
+        }
+        wlr = raw
+        compositorUnit = unit(of: bgtask_wlr_peer_pid(raw))
+        do {
+            wlrSource = try loop.addIO(bgtask_wlr_fd(raw), events: UInt32(EPOLLIN.rawValue | EPOLLRDHUP.rawValue)) { [unowned self] _ in
+                wlrReady()
+            }
+        } catch {
+            return compositorGone("\(error)")
+        }
+        log(6, "following the compositor's toplevels (wlr-foreign-toplevel-management) at \(Host.environment("WAYLAND_DISPLAY") ?? "wayland-0")")
+        observeToplevels()
+    }
+
+    func toplevelChanged(_ kind: Int32, _ id: UInt32, _ appID: String?, activated: Bool, minimized: Bool) {
+        switch kind {
+        case 1: toplevels[id] = (appID, activated, minimized)
+        case 2: toplevels[id] = nil
+        default: break  // finished: the dispatch says the compositor is gone
+        }
+    }
+
+    func wlrReady() {
+        guard let wlr else { return }
+        let result = bgtask_wlr_dispatch(wlr)
+        if result < 0 { return compositorGone("the compositor's toplevel stream ended (\(String(cString: strerror(-result))))") }
+        observeToplevels()
+    }
+
+    /// The toplevels as windows of the units they are instances of.
+    func observeToplevels() {
+        let units = userUnits()
+        var report: [SessionModel.Window] = []
+        for toplevel in toplevels.values {
+            guard let appID = toplevel.appID else { continue }
+            let matching = units.filter { UnitNaming.unit(AppUnit.name(ofPath: $0), isInstanceOf: appID) }
+            guard matching.count == 1, let path = matching.first, path != compositorUnit else {
+                if unmatched.count >= 4096 { unmatched.removeAll() }
+                if unmatched.insert(appID).inserted {
+                    let why = matching.isEmpty ? "no unit of yours is named for it (app-…-\(UnitNaming.escape(appID).cEscaped)-….scope)"
+                        : matching.count > 1 ? "\(matching.count) units are named for it; a toplevel does not say which"
+                        : "it shares the compositor's unit"
+                    log(5, "toplevel '\(String(appID.prefix(256)).cEscaped)' left alone: \(why)")
+                }
+                continue
+            }
+            report.append(.init(app: .unit(path), visible: !toplevel.minimized, focused: toplevel.activated && !toplevel.minimized,
+                                place: "app_id \(String(appID.prefix(64)).cEscaped)"))
+        }
+        apply(model.observe(report, at: now))
+        armDelay()
+    }
+
+    /// The units of the user's own manager (cgroup paths), where launchers start apps: at
+    /// most 10,000 cgroups looked at.
+    func userUnits() -> [String] {
+        guard let mount = Cgroup.mountPoint else { return [] }
+        let base = "/user.slice/user-\(uid).slice/user@\(uid).service"
+        var found: [String] = [], queue = [base], visited = 0
+        while let path = queue.popLast(), visited < 10_000 {
+            visited += 1
+            guard let dir = opendir(mount + path) else { continue }
+            while let entry = readdir(dir) {
+                guard entry.pointee.d_type == UInt8(DT_DIR) else { continue }
+                let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+                if name == "." || name == ".." { continue }
+                if name.hasPrefix("app-"), name.hasSuffix(".scope") || name.hasSuffix(".service") { found.append(path + "/" + name) }
+                queue.append(path + "/" + name)
+            }
+            closedir(dir)
+        }
+        return found
     }
 
     // MARK: logind

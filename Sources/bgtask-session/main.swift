@@ -83,24 +83,28 @@ if checkOnly {
 Journal.identifier = "bgtask-session"
 Signal.ignoreBrokenPipe()
 let swaySocket = Host.environment("SWAYSOCK") ?? Host.environment("I3SOCK")
-var swayPath: String?
+let source: Agent.Source
 switch settings.compositor {
-case .auto, .sway:
-    swayPath = swaySocket
-    if swayPath == nil {
-        if settings.compositor == .sway { fail("--compositor sway: neither $SWAYSOCK nor $I3SOCK is set", status: 1) }
-        log(5, "no compositor found ($SWAYSOCK, $I3SOCK unset): following the screen lock only")
+case .auto:
+    if let swaySocket { source = .sway(swaySocket) }
+    else if Host.environment("WAYLAND_DISPLAY") != nil { source = .wlr }
+    else {
+        source = .none
+        log(5, "no compositor found ($SWAYSOCK, $I3SOCK and $WAYLAND_DISPLAY unset): following the screen lock only")
     }
+case .sway:
+    guard let swaySocket else { fail("--compositor sway: neither $SWAYSOCK nor $I3SOCK is set", status: 1) }
+    source = .sway(swaySocket)
 case .wlr:
-    fail("--compositor wlr: wlr-foreign-toplevel-management is not supported by this build yet", status: 1)
+    source = .wlr
 case .none:
-    break
+    source = .none
 }
 let perUser = Host.environment("XDG_RUNTIME_DIR").map { $0 + "/bgtaskd/io.bgtaskd" }
 let daemonSocket = socket ?? Host.environment("BGTASKD_SOCKET")
     ?? perUser.flatMap { access($0, F_OK) == 0 ? $0 : nil } ?? DaemonSocket.systemPath
 do {
-    let agent = try Agent(settings: settings, socketPath: daemonSocket, swayPath: swayPath)
+    let agent = try Agent(settings: settings, socketPath: daemonSocket, source: source)
     exit(try agent.run())
 } catch {
     fail("\(error)", status: 1)

@@ -112,3 +112,19 @@ import Testing
         #expect(throws: ConfigurationError.self) { try SessionSettings.parse("[Other]\nFocusMode=visible\n", source: "s") }
     }
 }
+
+@Suite struct UnitNamingTests {
+    @Test func theDesktopConventionNamesTheApp() {
+        #expect(UnitNaming.unit("app-foot-1234.scope", isInstanceOf: "foot"))
+        #expect(UnitNaming.unit("app-gnome-org.gnome.Terminal-4242.scope", isInstanceOf: "org.gnome.Terminal"))
+        #expect(UnitNaming.unit("app-org.kde.konsole@a1b2.service", isInstanceOf: "org.kde.konsole"))
+        #expect(UnitNaming.unit("app-firefox.service", isInstanceOf: "firefox"))
+        #expect(UnitNaming.unit(#"app-my\x2dapp-7.scope"#, isInstanceOf: "my-app"))
+        #expect(!UnitNaming.unit("app-my-app-7.scope", isInstanceOf: "my-app"))  // unescaped: another app, "app"
+        #expect(!UnitNaming.unit("app-foot.scope", isInstanceOf: "foot"))  // a scope without its random part
+        #expect(!UnitNaming.unit("app-footclient-1.scope", isInstanceOf: "foot"))
+        #expect(!UnitNaming.unit("foot-1.scope", isInstanceOf: "foot"))
+        #expect(!UnitNaming.unit("app-foot-1.scope", isInstanceOf: ""))
+        #expect(UnitNaming.escape("a/b c\u{1b}") == #"a\x2fb\x20c\x1b"#)
+    }
+}

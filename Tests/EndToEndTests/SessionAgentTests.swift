@@ -149,6 +149,44 @@ import Varlink
         }
     }
 
+    @Test(.enabled(if: SwaySession.available && Capabilities.cgroupsWritable, "needs sway, foot and a writable cgroup v2"))
+    func wlrToplevelsMatchedToUnitsFollowTheFocus() throws {
+        // Toplevels carry no pid: each foot runs in a unit named by the desktop convention
+        // for its app_id, and the agent finds it there.
+        let subtree = try DelegatedSubtree(uid: SwaySession.uid, cgroups: 0)
+        let session = subtree.root.directory + "/sway-session.scope"
+        let units = ["foot": subtree.root.directory + "/app-foot-1234.scope", "term2": subtree.root.directory + "/app-launcher-term2-5678.scope"]
+        for path in [session] + units.values {
+            try systemCall("mkdir(\(path))") { mkdir(path, 0o755) }
+            try systemCall("chown(\(path))") { chown(path, SwaySession.uid, SwaySession.uid) }
+            try systemCall("chown(cgroup.procs)") { chown(path + "/cgroup.procs", SwaySession.uid, SwaySession.uid) }
+        }
+        try systemCall("chown(cgroup.procs)") { chown(subtree.root.directory + "/cgroup.procs", SwaySession.uid, SwaySession.uid) }
+        defer { for path in units.values + [session] { rmdir(path) } }
+        let rig = try Rig(swayCgroup: session)
+        var pids: [String: Int32] = [:]
+        for (appID, unit) in units.sorted(by: { $0.key < $1.key }) {
+            let before = Set(try rig.sway.windowPIDs())
+            try rig.sway.msg("exec", "sh -c 'echo 0 > \(unit)/cgroup.procs && exec foot --app-id=\(appID) sleep 86400'")
+            try waitUntil("foot \(appID)'s window", timeout: 15) {
+                pids[appID] = try rig.sway.windowPIDs().first { !before.contains($0) }
+                return pids[appID] != nil
+            }
+        }
+        let foot = pids["foot"]!, term2 = pids["term2"]!
+        try rig.sway.msg("[pid=\(foot)]", "focus")
+        rig.started += 1
+        rig.agent = try rig.sway.agent(socket: rig.daemon.socketPath, ["FocusMode=focused", "BackgroundDelaySec=0", "Compositor=wlr"],
+                                       log: rig.agentLog)
+        try waitUntil("term2 (not activated) suspended: \(rig.agentLines().suffix(4))", timeout: 5) { stopped(term2) }
+        #expect(running(foot))
+        #expect(rig.daemon.log().contains { $0.contains("as unit app-launcher-term2-5678.scope") })
+        try rig.sway.msg("[pid=\(term2)]", "focus")
+        try waitUntil("the activation to swap who runs", timeout: 3) { running(term2) && stopped(foot) }
+        try rig.sway.msg("[pid=\(foot)]", "focus")
+        try waitUntil("foot activated again", timeout: 3) { running(foot) && stopped(term2) }
+    }
+
     @Test(.enabled(if: SwaySession.available, SwaySession.missing))
     func stoppingTheAgentLeavesNothingStopped() throws {
         let rig = try Rig()
