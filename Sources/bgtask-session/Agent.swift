@@ -61,6 +61,10 @@ final class Agent {
     /// Windows refused (another user's, pid 1, gone): logged once each.
     var refused: Set<Int32> = []
 
+    /// Compositor events since the suspended apps were last let drain theirs (see `drain`).
+    var compositorEvents = 0
+    static let drainEvery = 100
+
     var login: LoginSession?
     var delayTimer: EventSource!
     var signals: [EventSource] = []
@@ -216,7 +220,7 @@ final class Agent {
             sway = socket
             compositorUnit = (try? UnixSocket.peerCredentials(socket)).flatMap { unit(of: $0.pid) }
             framer = SwayIPC.Framer()
-            swayOutput = SwayIPC.frame(.subscribe, #"["window","workspace","shutdown"]"#)
+            swayOutput = SwayIPC.frame(.subscribe, #"["window","workspace","output","shutdown"]"#)
             treeInFlight = false
             treeDirty = false
             swaySource = try loop.addIO(socket.rawValue, events: UInt32(EPOLLIN.rawValue | EPOLLOUT.rawValue | EPOLLRDHUP.rawValue)) {
@@ -259,6 +263,7 @@ final class Agent {
     }
 
     func handleSway(_ type: UInt32, _ payload: [UInt8]) {
+        if type & 0x8000_0000 != 0 { countCompositorEvent() }
         switch type {
         case SwayIPC.MessageType.getTree.rawValue:
             treeInFlight = false
@@ -377,6 +382,7 @@ final class Agent {
     }
 
     func toplevelChanged(_ kind: Int32, _ id: UInt32, _ appID: String?, activated: Bool, minimized: Bool) {
+        countCompositorEvent()
         switch kind {
         case 1: toplevels[id] = (appID, activated, minimized)
         case 2: toplevels[id] = nil
@@ -434,6 +440,45 @@ final class Agent {
             closedir(dir)
         }
         return found
+    }
+
+    // MARK: a suspended client's backlog
+
+    func countCompositorEvent() {
+        compositorEvents += 1
+        if compositorEvents >= Self.drainEvery {
+            compositorEvents = 0
+            drain()
+        }
+    }
+
+    /// A suspended Wayland client reads nothing; what the compositor sends it (configures on
+    /// every workspace flip, output changes, clipboard offers) piles up in its socket, and once
+    /// the socket and libwayland's buffer are full (about 200 KB: some 300 workspace flips, see
+    /// the README) the compositor disconnects it: the app loses its windows. So every 100
+    /// compositor events the agent wakes the apps it suspended (`Wake`, reason
+    /// "compositor-backlog": they run for WakeTimeSec, read their backlog, and are suspended
+    /// again). Waits at most 2 s for the daemon.
+    func drain() {
+        guard !model.backgrounded.isEmpty else { return }
+        do {
+            let connection = try VarlinkConnection(path: socketPath)
+            defer { connection.close() }
+            let reply = try connection.call("io.bgtaskd.Manager.ListApps", timeoutMilliseconds: 2000)
+            let suspended = (reply["apps"]?.arrayValue ?? []).filter {
+                $0["uid"]?.intValue == Int64(uid) && $0["state"]?.stringValue == "suspended"
+                    && $0["manager"]?.stringValue?.hasPrefix("bgtask-session[") == true
+            }
+            for app in suspended {
+                var parameters: [String: JSON] = ["reason": .string("compositor-backlog")]
+                if let unit = app["unit"]?.stringValue { parameters["unit"] = .string(unit) } else { parameters["pid"] = app["pid"] ?? .null }
+                try connection.send(VarlinkCall(method: "io.bgtaskd.Manager.Wake", parameters: parameters))
+            }
+            for _ in suspended { _ = try connection.receive(timeoutMilliseconds: 2000) }
+            if !suspended.isEmpty { log(7, "woke \(suspended.count) suspended apps to read their compositor backlog") }
+        } catch {
+            log(4, "could not let suspended apps read their compositor backlog: \(error)")
+        }
     }
 
     // MARK: logind
