@@ -30,7 +30,7 @@ LIB_LDFLAGS   ?=
 # Release binaries carry the Swift runtime, so they run where the toolchain is not.
 RELEASE_FLAGS ?= -c release --static-swift-stdlib
 
-.PHONY: all deps test-deps glue build release lib run check package-check fuzz sanitize soak bench install install-files install-lib deb clean
+.PHONY: all deps test-deps glue build release lib run check package-check session-check fuzz sanitize soak bench install install-files install-lib deb clean
 
 all: build
 
@@ -76,6 +76,8 @@ run: release
 bench: release
 	scripts/install-deps --bench
 	.build/release/bgtaskd-bench --json bench-results.json
+	@# The session agent's figures (sway and foot as uid 65534; needs root).
+	if [ "$$(id -u)" = 0 ] && command -v sway >/dev/null; then scripts/bench-session bench-session.json; fi
 	scripts/bench-readme
 
 # The release build is for the systemd tests, which install it into a container. Then the
@@ -89,6 +91,7 @@ check: test-deps glue
 	@# The floods measure root's latency: alone, not beside forty other suites on two cores.
 	$(SWIFT) test --skip-build --filter UnprivilegedFloodTests
 	$(MAKE) package-check
+	$(MAKE) session-check
 	scripts/fuzz $(FUZZ_SECONDS)
 
 # The Debian packages built (make deb, lintian included) and installed in a real systemd in
@@ -99,6 +102,14 @@ package-check:
 		echo "package-check skipped: installing packages in a container needs root and systemd-nspawn"; \
 	else \
 		$(MAKE) deb && bash Tests/systemd/package-test.sh; \
+	fi
+
+# bgtask-session under a real logind (a PAM session, its screen lock) in a container.
+session-check:
+	@if [ "$$(id -u)" != 0 ] || ! command -v systemd-nspawn >/dev/null 2>&1; then \
+		echo "session-check skipped: a logind session in a container needs root and systemd-nspawn"; \
+	else \
+		bash Tests/systemd/session-test.sh; \
 	fi
 
 # libFuzzer on the Varlink decoder and the configuration parser: make fuzz FUZZ_SECONDS=3600

@@ -20,6 +20,9 @@ check socket-file test -S /run/bgtaskd/io.bgtaskd
 check daemon-not-yet-started sh -c '! systemctl is-active -q bgtaskd.service'
 check status-starts-daemon bgtaskctl status
 check daemon-started within 50 systemctl is-active bgtaskd.service
+# Every user reaches the system socket once the daemon runs (its runtime directory is not
+# the socket's: DynamicUser= moves that into /run/private).
+check unprivileged-reaches-socket setpriv --reuid=65534 --regid=65534 --clear-groups bgtaskctl status
 check config-is-conffile sh -c 'dpkg-query -W -f="\${Conffiles}" bgtaskd | grep -q /etc/bgtaskd/bgtaskd.conf'
 check manpage test -e /usr/share/man/man8/bgtaskd.8.gz
 check completion test -e /usr/share/bash-completion/completions/bgtaskctl
@@ -46,7 +49,9 @@ before=$(systemctl show -P MainPID bgtaskd.service)
 check upgrade dpkg -i /debs/bgtaskd_*.deb
 after=$(systemctl show -P MainPID bgtaskd.service)
 if [ -n "$after" ] && [ "$after" != 0 ] && [ "$after" != "$before" ]; then ok daemon-restarted-on-upgrade; else fail daemon-restarted-on-upgrade "MainPID $before -> $after"; fi
+first="status: $(bgtaskctl status 2>&1 | head -3 | tr '\n' ' ') mainpid $(systemctl show -P MainPID bgtaskd.service) pid: $(bgtaskctl --no-legend tasks "$app" 2>&1 | tr '\n' ' ') all: $(bgtaskctl --no-legend tasks 2>&1 | tr '\n' ' ') apps: $(bgtaskctl --no-legend apps 2>&1 | tr '\n' ' ')"
 if within 50 sh -c "bgtaskctl tasks $app | grep -q upload"; then ok task-survives-upgrade; else
+    echo "first look: $first" >> /out/diagnostics
     fail task-survives-upgrade "$(bgtaskctl tasks "$app" 2>&1 | tr '\n' ' ') all: $(bgtaskctl --no-legend tasks 2>&1 | tr '\n' ' ') apps: $(bgtaskctl --no-legend apps 2>&1 | tr '\n' ' ') cgroup: $(cat /proc/$app/cgroup)"; fi
 check example-expired within 150 grep -q "expiration handler" example.log
 # Ending its last task suspends the app at once (its end's reply waits for the foreground).
@@ -63,7 +68,7 @@ check purge dpkg --purge bgtaskd libbgtask-dev libbgtask0
 check no-units sh -c '! ls /lib/systemd/system/bgtaskd.* /etc/systemd/system/sockets.target.wants/bgtaskd.socket 2>/dev/null'
 check no-socket-unit sh -c '! systemctl is-active -q bgtaskd.socket'
 check no-socket test ! -e /run/bgtaskd/io.bgtaskd
-check no-run-dir test ! -e /run/bgtaskd
+check no-run-dir sh -c "test ! -e /run/bgtaskd && test ! -e /run/bgtaskd-state && test ! -e /run/private/bgtaskd-state"
 check no-config test ! -e /etc/bgtaskd/bgtaskd.conf
 check no-library test ! -e /usr/lib/x86_64-linux-gnu/libbgtask.so.0
 echo done >> "$out.done"

@@ -54,6 +54,7 @@ if [ ! -s "$work/out/results" ]; then
 fi
 cat "$work/out/results"
 if grep -q "^fail" "$work/out/results"; then
+    cat "$work/out/diagnostics" 2>/dev/null
     echo "--- the example's output"; sed 's/^/  | /' "$work/out/example.log" 2>/dev/null
     echo "--- bgtaskd's journal"; tail -40 "$work/out/journal" 2>/dev/null | sed 's/^/  | /'
 fi

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# The session agent under a real logind (systemd 252 in a throw-away container, as
+# container-test.sh boots it): a PAM login session for a test user, a headless sway and a
+# real foot window in it, bgtaskd as the system service, bgtask-session as the user. The
+# session's LockedHint set to true (as a screen locker sets it) suspends foot; false brings
+# it back; then a stopped agent leaves nothing stopped. Prints "ok NAME" / "fail NAME: why"
+# lines. Needs root, systemd-nspawn, sway and foot, and the release binaries.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+. "$repo/Tests/systemd/container-lib.sh" bgtaskd-session
+command -v sway >/dev/null && command -v foot >/dev/null || { echo "skip session-test: sway and foot are not installed"; exit 0; }
+
+make -s -C "$repo" install-files DESTDIR="$work/dest" PREFIX=/opt/bgtaskd SYSCONFDIR=/opt/bgtaskd/etc >/dev/null
+units=$work/units
+mkdir -p "$units/sockets.target.wants" "$units/multi-user.target.wants" "$work/out" "$work/etc" "$work/run"
+cp "$work/dest/opt/bgtaskd/lib/systemd/system/bgtaskd.socket" "$work/dest/opt/bgtaskd/lib/systemd/system/bgtaskd.service" "$units/"
+ln -s ../bgtaskd.socket "$units/sockets.target.wants/bgtaskd.socket"
+# The session's user: the host's accounts and one more, in copies bound over the container's.
+uid=4242
+cp /etc/passwd /etc/group /etc/shadow "$work/etc/"
+echo "bgsession:x:$uid:$uid:bgtaskd session test:/run/user/$uid:/bin/sh" >> "$work/etc/passwd"
+echo "bgsession:x:$uid:" >> "$work/etc/group"
+echo "bgsession:!:19000:0:99999:7:::" >> "$work/etc/shadow"
+
+# Runs as the user in the PAM session: a compositor, a window, the agent.
+cat > "$work/run/user.sh" <<'USER'
+#!/bin/sh
+export HOME=$XDG_RUNTIME_DIR XDG_CACHE_HOME=$XDG_RUNTIME_DIR WLR_BACKENDS=headless WLR_LIBINPUT_NO_DEVICES=1 WLR_RENDERER=pixman
+echo "output HEADLESS-1 resolution 1280x720" > "$XDG_RUNTIME_DIR/sway.conf"
+sway -c "$XDG_RUNTIME_DIR/sway.conf" > "$XDG_RUNTIME_DIR/sway.log" 2>&1 &
+for i in $(seq 100); do ls "$XDG_RUNTIME_DIR"/sway-ipc.* >/dev/null 2>&1 && break; sleep 0.1; done
+export SWAYSOCK=$(ls "$XDG_RUNTIME_DIR"/sway-ipc.* | head -1)
+swaymsg exec "foot sleep 1000" > /dev/null
+echo "$XDG_SESSION_ID" > "$XDG_RUNTIME_DIR/session-id"
+exec /opt/bgtaskd/bin/bgtask-session --socket /run/bgtaskd/io.bgtaskd --set BackgroundDelaySec=0 2> "$XDG_RUNTIME_DIR/agent.log"
+USER
+cat > "$work/run/checks.sh" <<CHECKS
+#!/bin/bash
+out=/out/results
+: > "\$out"
+ok() { echo "ok \$1" >> "\$out"; }
+fail() { echo "fail \$1: \$2" >> "\$out"; }
+within() { local n=\$1; shift; for _ in \$(seq "\$n"); do "\$@" >/dev/null 2>&1 && return 0; sleep 0.1; done; "\$@"; }
+run=/run/user/$uid
+systemctl start dbus.service systemd-logind.service
+systemd-run -q -p PAMName=login -p User=bgsession --unit=bgsession-desktop /opt/run/user.sh
+tree() { setpriv --reuid=$uid --regid=$uid --clear-groups env SWAYSOCK=\$(ls \$run/sway-ipc.* | head -1) swaymsg -r -t get_tree; }
+if within 150 sh -c "ls \$run/sway-ipc.* && [ -s \$run/session-id ] && grep -q 'following logind session' \$run/agent.log" \
+   && foot=\$(tree | grep -o '"pid": [0-9]*' | head -1 | grep -o '[0-9]*') && [ -n "\$foot" ]; then
+    ok session-started
+else
+    fail session-started "\$(loginctl list-sessions --no-legend | tr '\n' ' ') \$(tail -3 \$run/agent.log 2>&1 | tr '\n' ' ')"
+fi
+session=\$(cat \$run/session-id 2>/dev/null)
+path=/org/freedesktop/login1/session/_3\$(echo "\$session" | cut -c1)\$(echo "\$session" | cut -c2-)
+state() { sed -n 's/^State:\t\(.\).*/\1/p' /proc/\$foot/status; }
+if [ "\$(state)" != T ]; then ok visible-runs; else fail visible-runs "foot \$foot is stopped"; fi
+# A screen locker sets the hint as the session's own user.
+setpriv --reuid=$uid --regid=$uid --clear-groups busctl call org.freedesktop.login1 "\$path" org.freedesktop.login1.Session SetLockedHint b true \
+    > /tmp/lock.log 2>&1 || fail lock "\$(cat /tmp/lock.log)"
+if within 50 sh -c "[ \"\\\$(sed -n 's/^State:\t\(.\).*/\1/p' /proc/\$foot/status)\" = T ]"; then ok locked-suspends; else
+    fail locked-suspends "state \$(state); \$(tail -3 \$run/agent.log | tr '\n' ' ') \$(journalctl -u bgtaskd --no-pager | tail -3 | tr '\n' ' ')"; fi
+journalctl -u bgtaskd --no-pager | grep -q "session locked" && ok journal-says-locked || fail journal-says-locked "\$(journalctl -u bgtaskd --no-pager | tail -3 | tr '\n' ' ')"
+setpriv --reuid=$uid --regid=$uid --clear-groups busctl call org.freedesktop.login1 "\$path" org.freedesktop.login1.Session SetLockedHint b false
+if within 30 sh -c "[ \"\\\$(sed -n 's/^State:\t\(.\).*/\1/p' /proc/\$foot/status)\" != T ]"; then ok unlocked-resumes; else fail unlocked-resumes "state \$(state)"; fi
+# Locked again, then the agent stopped: nothing is left stopped.
+setpriv --reuid=$uid --regid=$uid --clear-groups busctl call org.freedesktop.login1 "\$path" org.freedesktop.login1.Session SetLockedHint b true
+within 50 sh -c "[ \"\\\$(sed -n 's/^State:\t\(.\).*/\1/p' /proc/\$foot/status)\" = T ]"
+pkill -TERM -u $uid -x bgtask-session
+if within 30 sh -c "[ \"\\\$(sed -n 's/^State:\t\(.\).*/\1/p' /proc/\$foot/status)\" != T ]"; then ok stopped-agent-resumes; else fail stopped-agent-resumes "state \$(state)"; fi
+cp \$run/agent.log /out/agent.log 2>/dev/null
+journalctl -u bgtaskd --no-pager > /out/journal 2>&1
+systemctl stop bgsession-desktop
+echo done >> "\$out.done"
+CHECKS
+chmod +x "$work/run/user.sh" "$work/run/checks.sh"
+cat > "$units/bgtaskd-session-checks.service" <<'UNIT'
+[Unit]
+Description=bgtask-session checks
+After=multi-user.target
+[Service]
+Type=oneshot
+ExecStart=/opt/run/checks.sh
+ExecStopPost=/bin/systemctl --no-block poweroff
+UNIT
+ln -s ../bgtaskd-session-checks.service "$units/multi-user.target.wants/bgtaskd-session-checks.service"
+
+status=0
+SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1 timeout 150 systemd-nspawn --register=no --keep-unit --volatile=yes -D / --machine="bgtaskd-session-$$" \
+    --bind="$work/out:/out" --bind-ro="$units:/etc/systemd/system" --bind-ro="$work/dest/opt/bgtaskd:/opt/bgtaskd" \
+    --bind-ro="$work/run:/opt/run" --bind-ro=/etc/pam.d --bind-ro=/etc/security --bind-ro=/etc/login.defs \
+    --bind-ro="$work/etc/passwd:/etc/passwd" --bind-ro="$work/etc/group:/etc/group" --bind-ro="$work/etc/shadow:/etc/shadow" \
+    /bin/sh -c 'exec /lib/systemd/systemd --system systemd.firstboot=off' </dev/null >"$work/nspawn.log" 2>&1 || status=$?
+if [ ! -s "$work/out/results" ]; then
+    echo "fail container: no results (systemd-nspawn exited $status)"
+    tail -30 "$work/nspawn.log" | sed 's/^/  | /'
+    exit 1
+fi
+cat "$work/out/results"
+[ -s "$work/out/results.done" ] || echo "fail checks: did not finish"
+if grep -q "^fail" "$work/out/results"; then
+    echo "--- the agent's log"; sed 's/^/  | /' "$work/out/agent.log" 2>/dev/null
+    echo "--- bgtaskd's journal"; tail -20 "$work/out/journal" 2>/dev/null | sed 's/^/  | /'
+fi
+! grep -q "^fail" "$work/out/results" && [ -s "$work/out/results.done" ]
