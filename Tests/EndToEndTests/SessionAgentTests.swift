@@ -323,3 +323,32 @@ import Varlink
         #expect(rss > 0 && rss < 64 * 1024, "agent RSS \(rss) KiB")
     }
 }
+
+/// bgtask-session's command line: help, usage errors, settings errors naming file:line.
+@Suite struct SessionAgentCommandLineTests {
+    func run(_ arguments: [String], environment: [String] = ["PATH=/usr/bin:/bin"]) throws -> (Int32, String) {
+        let process = try Spawned(Binaries.path("bgtask-session"), arguments, environment: environment, standardError: .mergeIntoOutput)
+        let output = try process.readAll(timeout: 10)
+        return (Spawned.exitCode(try process.wait(timeout: 10)) ?? -1, output)
+    }
+
+    @Test func helpUsageAndSettings() throws {
+        for flag in ["-h", "--help"] {
+            let (status, output) = try run([flag])
+            #expect(status == 0 && output.contains("Usage: bgtask-session") && output.contains("Example:"))
+        }
+        let (unknown, usage) = try run(["--frobnicate"])
+        #expect(unknown == 2 && usage.contains("unknown option '--frobnicate'") && usage.contains("Usage:"))
+        let (badSet, why) = try run(["--set", "FocusMode=everything"])
+        #expect(badSet == 2 && why.contains("FocusMode must be visible or focused"))
+        var template = Array("/tmp/bgtask-session-conf-XXXXXX".utf8CString)
+        let directory = String(cString: mkdtemp(&template)!)
+        defer { _ = try? Spawned("/bin/rm", ["-rf", directory]).wait(timeout: 5) }
+        try writeFile(directory + "/session.conf", Array("[Session]\nFocusMode=focused\nBackgroundDelaySec=soon\n".utf8))
+        let (badFile, where_) = try run(["--config", directory + "/session.conf", "--check-config"])
+        #expect(badFile == 1 && where_.contains("\(directory)/session.conf:3: BackgroundDelaySec"))
+        try writeFile(directory + "/session.conf", Array("[Session]\nFocusMode=focused\n".utf8))
+        let (good, printed) = try run(["--config", directory + "/session.conf", "--set", "BackgroundDelaySec=250ms", "--check-config"])
+        #expect(good == 0 && printed.hasPrefix("FocusMode=focused\nBackgroundDelaySec=250ms\n"), "\(printed)")
+    }
+}
