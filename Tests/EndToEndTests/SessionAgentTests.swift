@@ -37,6 +37,24 @@ import Varlink
         }
     }
 
+    /// Cgroups `names` in the user's delegated subtree, the user's own as systemd delegates
+    /// them; the user may also write the subtree's cgroup.procs (the common ancestor), so it
+    /// can move its processes between them.
+    func userScopes(_ names: [String], in subtree: DelegatedSubtree) throws -> [String] {
+        var made: [String] = []
+        for name in names {
+            let path = subtree.root.directory + "/" + name
+            try systemCall("mkdir(\(path))") { mkdir(path, 0o755) }
+            made.append(path)
+            for owned in [path, path + "/cgroup.procs"] {
+                try systemCall("chown(\(owned))") { chown(owned, SwaySession.uid, SwaySession.uid) }
+            }
+        }
+        let procs = subtree.root.directory + "/cgroup.procs"
+        try systemCall("chown(\(procs))") { chown(procs, SwaySession.uid, SwaySession.uid) }
+        return made
+    }
+
     func stopped(_ pid: Int32) -> Bool { processState(pid) == "T" }
     func running(_ pid: Int32) -> Bool { if let state = processState(pid) { state != "T" } else { false } }
 
@@ -99,16 +117,9 @@ import Varlink
         // sway runs in a scope of the user's manager, as a session's compositor does, so that
         // the user may move what it starts into another cgroup of its own.
         let subtree = try DelegatedSubtree(uid: SwaySession.uid, cgroups: 0)
-        let session = subtree.root.directory + "/sway-session.scope", scope = subtree.root.directory + "/app-foot-4242.scope"
-        for path in [session, scope] {
-            try systemCall("mkdir(\(path))") { mkdir(path, 0o755) }
-            try systemCall("chown(\(path))") { chown(path, SwaySession.uid, SwaySession.uid) }
-            try systemCall("chown(cgroup.procs)") { chown(path + "/cgroup.procs", SwaySession.uid, SwaySession.uid) }
-        }
-        // The user moves processes between its cgroups: it may write the common ancestor's
-        // cgroup.procs, as systemd's delegation allows.
-        try systemCall("chown(cgroup.procs)") { chown(subtree.root.directory + "/cgroup.procs", SwaySession.uid, SwaySession.uid) }
-        defer { rmdir(scope); rmdir(session) }
+        let made = try userScopes(["sway-session.scope", "app-foot-4242.scope"], in: subtree)
+        defer { for path in made.reversed() { rmdir(path) } }
+        let session = made[0], scope = made[1]
         let rig = try Rig(swayCgroup: session)
         let output = rig.sway.runtime + "/example.log"  // the user's to write
         try rig.sway.msg("workspace", "1")
@@ -154,15 +165,9 @@ import Varlink
         // Toplevels carry no pid: each foot runs in a unit named by the desktop convention
         // for its app_id, and the agent finds it there.
         let subtree = try DelegatedSubtree(uid: SwaySession.uid, cgroups: 0)
-        let session = subtree.root.directory + "/sway-session.scope"
-        let units = ["foot": subtree.root.directory + "/app-foot-1234.scope", "term2": subtree.root.directory + "/app-launcher-term2-5678.scope"]
-        for path in [session] + units.values {
-            try systemCall("mkdir(\(path))") { mkdir(path, 0o755) }
-            try systemCall("chown(\(path))") { chown(path, SwaySession.uid, SwaySession.uid) }
-            try systemCall("chown(cgroup.procs)") { chown(path + "/cgroup.procs", SwaySession.uid, SwaySession.uid) }
-        }
-        try systemCall("chown(cgroup.procs)") { chown(subtree.root.directory + "/cgroup.procs", SwaySession.uid, SwaySession.uid) }
-        defer { for path in units.values + [session] { rmdir(path) } }
+        let made = try userScopes(["sway-session.scope", "app-foot-1234.scope", "app-launcher-term2-5678.scope"], in: subtree)
+        defer { for path in made.reversed() { rmdir(path) } }
+        let session = made[0], units = ["foot": made[1], "term2": made[2]]
         let rig = try Rig(swayCgroup: session)
         var pids: [String: Int32] = [:]
         for (appID, unit) in units.sorted(by: { $0.key < $1.key }) {

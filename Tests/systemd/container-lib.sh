@@ -16,3 +16,22 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
+
+# Boots systemd 252 in a throw-away container (the host's root, volatile, an empty /etc) on a
+# unified cgroup v2 tree, so scopes have cgroup v2 directories and the freezer (see
+# SYSTEMD-TESTING.md), with $units as /etc/systemd/system, $work/out as /out and the extra
+# systemd-nspawn arguments given; its checks unit powers it off. Prints the results, or
+# fails without any.
+boot_container() {
+    local machine=$1 status=0
+    shift
+    SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1 timeout 150 systemd-nspawn --register=no --keep-unit --volatile=yes -D / \
+        --machine="$machine-$$" --bind="$work/out:/out" --bind-ro="$units:/etc/systemd/system" "$@" \
+        /bin/sh -c 'exec /lib/systemd/systemd --system systemd.firstboot=off' </dev/null >"$work/nspawn.log" 2>&1 || status=$?
+    if [ ! -s "$work/out/results" ]; then
+        echo "fail container: no results (systemd-nspawn exited $status)"
+        tail -30 "$work/nspawn.log" | sed 's/^/  | /'
+        return 1
+    fi
+    cat "$work/out/results"
+}

@@ -30,15 +30,4 @@ ExecStopPost=/bin/systemctl --no-block poweroff
 UNIT
 ln -s ../bgtaskd-checks.service "$units/multi-user.target.wants/bgtaskd-checks.service"
 
-status=0
-# A unified cgroup v2 tree in the container, so scopes have cgroup v2 directories and the
-# freezer (see SYSTEMD-TESTING.md).
-SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1 timeout 150 systemd-nspawn --register=no --keep-unit --volatile=yes -D / --machine="bgtaskd-test-$$" \
-    --bind="$work/out:/out" --bind-ro="$units:/etc/systemd/system" --bind-ro="$work/dest/opt/bgtaskd:/opt/bgtaskd" \
-    /bin/sh -c 'exec /lib/systemd/systemd --system systemd.firstboot=off' </dev/null >"$work/nspawn.log" 2>&1 || status=$?
-if [ ! -s "$work/out/results" ]; then
-    echo "fail container: no results (systemd-nspawn exited $status)"
-    tail -30 "$work/nspawn.log" | sed 's/^/  | /'
-    exit 1
-fi
-cat "$work/out/results"
+boot_container bgtaskd-test --bind-ro="$work/dest/opt/bgtaskd:/opt/bgtaskd" || exit 1

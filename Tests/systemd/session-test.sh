@@ -86,18 +86,9 @@ ExecStopPost=/bin/systemctl --no-block poweroff
 UNIT
 ln -s ../bgtaskd-session-checks.service "$units/multi-user.target.wants/bgtaskd-session-checks.service"
 
-status=0
-SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1 timeout 150 systemd-nspawn --register=no --keep-unit --volatile=yes -D / --machine="bgtaskd-session-$$" \
-    --bind="$work/out:/out" --bind-ro="$units:/etc/systemd/system" --bind-ro="$work/dest/opt/bgtaskd:/opt/bgtaskd" \
-    --bind-ro="$work/run:/opt/run" --bind-ro=/etc/pam.d --bind-ro=/etc/security --bind-ro=/etc/login.defs \
-    --bind-ro="$work/etc/passwd:/etc/passwd" --bind-ro="$work/etc/group:/etc/group" --bind-ro="$work/etc/shadow:/etc/shadow" \
-    /bin/sh -c 'exec /lib/systemd/systemd --system systemd.firstboot=off' </dev/null >"$work/nspawn.log" 2>&1 || status=$?
-if [ ! -s "$work/out/results" ]; then
-    echo "fail container: no results (systemd-nspawn exited $status)"
-    tail -30 "$work/nspawn.log" | sed 's/^/  | /'
-    exit 1
-fi
-cat "$work/out/results"
+boot_container bgtaskd-session --bind-ro="$work/dest/opt/bgtaskd:/opt/bgtaskd" --bind-ro="$work/run:/opt/run" \
+    --bind-ro=/etc/pam.d --bind-ro=/etc/security --bind-ro=/etc/login.defs \
+    --bind-ro="$work/etc/passwd:/etc/passwd" --bind-ro="$work/etc/group:/etc/group" --bind-ro="$work/etc/shadow:/etc/shadow" || exit 1
 [ -s "$work/out/results.done" ] || echo "fail checks: did not finish"
 if grep -q "^fail" "$work/out/results"; then
     echo "--- the agent's log"; sed 's/^/  | /' "$work/out/agent.log" 2>/dev/null
