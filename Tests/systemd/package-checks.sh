@@ -26,6 +26,9 @@ check unprivileged-reaches-socket setpriv --reuid=65534 --regid=65534 --clear-gr
 check config-is-conffile sh -c 'dpkg-query -W -f="\${Conffiles}" bgtaskd | grep -q /etc/bgtaskd/bgtaskd.conf'
 check manpage test -e /usr/share/man/man8/bgtaskd.8.gz
 check completion test -e /usr/share/bash-completion/completions/bgtaskctl
+# The session agent: installed, its user unit enabled for every user's graphical session.
+check session-agent sh -c 'bgtask-session --help | grep -q "Usage: bgtask-session" && test -e /usr/share/man/man1/bgtask-session.1.gz'
+check session-unit-enabled systemctl --global is-enabled bgtask-session.service
 
 # The C example, built against the installed libbgtask-dev, through its whole cycle.
 cd /tmp
