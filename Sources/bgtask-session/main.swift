@@ -102,7 +102,7 @@ case .none:
 }
 let perUser = Host.environment("XDG_RUNTIME_DIR").map { $0 + "/bgtaskd/io.bgtaskd" }
 let daemonSocket = socket ?? Host.environment("BGTASKD_SOCKET")
-    ?? perUser.flatMap { access($0, F_OK) == 0 ? $0 : nil } ?? DaemonSocket.systemPath
+    ?? perUser.flatMap { UnixSocket.isAnswering(path: $0) ? $0 : nil } ?? DaemonSocket.systemPath
 do {
     let agent = try Agent(settings: settings, socketPath: daemonSocket, source: source)
     exit(try agent.run())
