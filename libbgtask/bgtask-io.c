@@ -188,8 +188,9 @@ int call(bgtask_app *app, const char *method, const char *parameters, json_value
     const char *error;
     if (json_get_string(reply, "error", &error)) {
         snprintf(app->last_error, sizeof(app->last_error), "%s", error);
+        int code = errno_of(error);  /* before the reply, which holds `error`, is freed */
         json_free(reply);
-        return errno_of(error);
+        return code;
     }
     return 0;
 }
