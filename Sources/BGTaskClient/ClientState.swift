@@ -81,6 +81,14 @@ struct ClientState<Handler> {
     static var finishMargin: Int64 { 25_000_000 }
     static var reconnectDelays: ClosedRange<Int64> { 50_000_000...1_000_000_000 }
     static var restartGrace: Int64 { Int64(BackgroundApplication.daemonRestartGrace * 1e9) }
+
+    /// Seconds the daemon sent, as nanoseconds within [0, a day], as libbgtask reads them: a
+    /// window longer than that is not one bgtaskd gives, and `Int64(x * 1e9)` traps (the app
+    /// crashes) on a huge, infinite or NaN value.
+    static func nanoseconds(_ seconds: Double) -> Int64 {
+        guard seconds > 0 else { return 0 }  // NaN too
+        return seconds > 86_400 ? 86_400_000_000_000 : Int64(seconds * 1e9)
+    }
     static var maximumEarlyEvents: Int { 256 }
     static var maximumPendingEnds: Int { 4096 }
 
@@ -135,7 +143,7 @@ struct ClientState<Handler> {
         case let .didEnterBackground(remaining, timeout):
             state = .background
             self.remaining = remaining.map { ($0, now) }
-            transition = Transition(finishBy: now + max(0, Int64(timeout * 1e9) - Self.finishMargin))
+            transition = Transition(finishBy: now + max(0, Self.nanoseconds(timeout) - Self.finishMargin))
             return [.enterBackground]
         case .willEnterForeground:
             state = .inactive  // as in UIKit, until the delegate returns
@@ -154,7 +162,7 @@ struct ClientState<Handler> {
             state = .background
             remaining = left.map { ($0, now) }
             // Finished for the app just before the window ends if its handler never runs.
-            wake = left.map { Wake(finishBy: now + max(0, Int64($0 * 1e9) - Self.finishMargin)) }
+            wake = left.map { Wake(finishBy: now + max(0, Self.nanoseconds($0) - Self.finishMargin)) }
             return [.wake(reason: reason, payload: payload)]
         }
     }

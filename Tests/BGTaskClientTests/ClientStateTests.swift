@@ -29,6 +29,22 @@ import Varlink
         #expect(state.backgroundTimeRemaining(at: 100 * Self.second) == 0)
     }
 
+    /// A daemon (or a peer posing as one) may send any number: a huge, infinite or NaN window
+    /// trapped in `Int64(x * 1e9)` and crashed the app; libbgtask reads them within a day.
+    @Test func aHugeOrNonFiniteWindowDoesNotCrashTheApp() {
+        for value in [Double.infinity, -Double.infinity, .nan, 1e300, -5, 9.3e18] {
+            var state = subscribed()
+            _ = state.receive(.didEnterBackground(remaining: 30, transitionTimeout: value), at: 0)
+            state.backgroundDelegateReturned()
+            // A window of at most a day: the transition is over by then, not never.
+            let finished = state.tick(at: 86_400 * Self.second).contains(.send(.finishBackgroundTransition))
+            #expect(finished || !(value > 0), "transitionTimeout \(value)")
+            var woken = subscribed()
+            _ = woken.receive(.didWake(reason: "push", payload: nil, remaining: value), at: 0)
+            _ = woken.tick(at: 86_400 * Self.second)
+        }
+    }
+
     @Test func theStateIsInactiveWhileTheForegroundDelegateRuns() {
         var state = subscribed()
         _ = state.receive(.didEnterBackground(remaining: 30, transitionTimeout: 5), at: 0)
