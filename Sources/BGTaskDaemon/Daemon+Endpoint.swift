@@ -169,7 +169,7 @@ extension Daemon {
     /// The caller as `SetAppState` records it: its command and pid, `bgtask-session[812]`.
     func managerName(of connection: Connection) -> String {
         guard let caller = try? caller(of: connection) else { return "pid \(connection.credentials.pid)" }
-        return "\(caller.command.cEscaped)[\(caller.identity.pid)]"
+        return "\(caller.command)[\(caller.identity.pid)]"  // escaped where printed: the log, a table
     }
 
     /// Whose apps a listing shows the caller: everyone's (`nil`) or its own.
@@ -220,7 +220,7 @@ extension Daemon {
             try requireWritableState()
             let app = try managedApp(target, by: connection, register: true, at: now, effects: &effects)
             let snapshot = try model.setState(of: app, to: state, by: managerName(of: connection),
-                                              reason: reason?.cEscaped, at: now, effects: &effects)
+                                              reason: reason, at: now, effects: &effects)
             return .reply(VarlinkReply(parameters: ["app": Wire.app(snapshot)]))
         case "ListApps":
             _ = try Parameters(call.parameters, allowed: [])

@@ -80,6 +80,12 @@ public struct Cgroup: Equatable, Sendable {
     /// Every directory named `name` below this one, breadth first, looking at no more than
     /// `limit` directories; `cutShort` when the limit stopped the search before the tree did.
     public func find(named name: String, limit: Int) -> (found: [Cgroup], visited: Int, cutShort: Bool) {
+        find(where: { $0.hasSuffix("/" + name) }, limit: limit)
+    }
+
+    /// Every directory below this one whose path satisfies `matches`, breadth first, looking
+    /// at no more than `limit` directories; `cutShort` when the limit stopped the search.
+    public func find(where matches: (String) -> Bool, limit: Int) -> (found: [Cgroup], visited: Int, cutShort: Bool) {
         var queue = [directory], index = 0, found: [Cgroup] = []
         var cutShort = false
         while index < queue.count {
@@ -90,7 +96,7 @@ public struct Cgroup: Equatable, Sendable {
             let directory = queue[index]
             index += 1
             for child in Cgroup(directory: directory).subdirectories() {
-                if child.hasSuffix("/" + name) { found.append(Cgroup(directory: child)) }
+                if matches(child) { found.append(Cgroup(directory: child)) }
                 if queue.count < limit { queue.append(child) } else { cutShort = true }
             }
         }

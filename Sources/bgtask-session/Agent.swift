@@ -103,6 +103,9 @@ final class Agent {
     }
 
     func send(_ decision: Decision) {
+        // A window's pid is sent only while its pidfd says that process lives: a pid reused
+        // by another of the user's processes is never moved.
+        if case let .pid(pid) = decision.app, processes[pid]?.pidfd.hasExited == true { return forget(decision.app) }
         guard let daemon else { return }  // kept in the outbox for the reconnect
         do {
             try daemon.send(call(for: decision), tag: decision)
@@ -424,22 +427,11 @@ final class Agent {
     /// The units of the user's own manager (cgroup paths), where launchers start apps: at
     /// most 10,000 cgroups looked at.
     func userUnits() -> [String] {
-        guard let mount = Cgroup.mountPoint else { return [] }
-        let base = "/user.slice/user-\(uid).slice/user@\(uid).service"
-        var found: [String] = [], queue = [base], visited = 0
-        while let path = queue.popLast(), visited < 10_000 {
-            visited += 1
-            guard let dir = opendir(mount + path) else { continue }
-            while let entry = readdir(dir) {
-                guard entry.pointee.d_type == UInt8(DT_DIR) else { continue }
-                let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-                if name == "." || name == ".." { continue }
-                if name.hasPrefix("app-"), name.hasSuffix(".scope") || name.hasSuffix(".service") { found.append(path + "/" + name) }
-                queue.append(path + "/" + name)
-            }
-            closedir(dir)
-        }
-        return found
+        guard let base = Cgroup.at(path: "/user.slice/user-\(uid).slice/user@\(uid).service") else { return [] }
+        return base.find(where: { path in
+            let name = AppUnit.name(ofPath: path)
+            return name.hasPrefix("app-") && (name.hasSuffix(".scope") || name.hasSuffix(".service"))
+        }, limit: 10_000).found.map(\.path)
     }
 
     // MARK: a suspended client's backlog

@@ -22,10 +22,7 @@ import Varlink
 
         deinit { _ = try? Spawned("/bin/rm", ["-rf", directory]).wait(timeout: 10) }
 
-        func write(_ path: String, _ text: String) throws {
-            let fd = FileDescriptor(try systemCall("open \(path)") { open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644) })
-            try fd.writeAll(Array(text.utf8))
-        }
+        func write(_ path: String, _ text: String) throws { try writeFile(path, Array(text.utf8)) }
     }
 
     static func checkConfig(_ arguments: [String]) throws -> (Int32, String) {

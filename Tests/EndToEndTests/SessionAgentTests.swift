@@ -357,3 +357,37 @@ import Varlink
         #expect(good == 0 && printed.hasPrefix("FocusMode=focused\nBackgroundDelaySec=250ms\n"), "\(printed)")
     }
 }
+
+/// What uid 65534 can put in SetAppState's `reason` and `manager`: at most 256 bytes, and
+/// nothing a terminal or log reader takes for more than text.
+@Suite struct SetAppStateReasonTests {
+    @Test func aReasonIsBoundedAndEscapedAndTheCallerIsTheManager() throws {
+        let daemon = try TestDaemon()
+        let own = try Spawned("/usr/bin/setpriv", SwaySession.asUser + ["/bin/sleep", "60"])
+        try waitUntil("the user's sleep to exec", timeout: 5) { (try? ProcStat.read(pid: own.pid))?.command == "sleep" }
+        let script = """
+        import json, socket, sys
+        s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
+        def call(params):
+            s.sendall(json.dumps({"method": "io.bgtaskd.Manager.SetAppState", "parameters": params}).encode() + b"\\0")
+            reply = b""
+            while not reply.endswith(b"\\0"): reply += s.recv(65536)
+            return json.loads(reply[:-1])
+        pid = int(sys.argv[2])
+        print(json.dumps(call({"pid": pid, "state": "background", "reason": "x" * 257})))
+        print(json.dumps(call({"pid": pid, "state": "background", "reason": "left\\n\\u001b[2Jworkspace 1"})))
+        """
+        let client = try Spawned("/usr/bin/setpriv", SwaySession.asUser + ["/usr/bin/python3", "-c", script, daemon.socketPath, "\(own.pid)"],
+                                 standardError: .mergeIntoOutput)
+        let output = try client.readAll(timeout: 10)
+        #expect(Spawned.exitCode(try client.wait(timeout: 10)) == 0, "\(output)")
+        let replies = output.split(separator: "\n").compactMap { try? JSON.parse(String($0)) }
+        #expect(replies.count == 2, "\(output)")
+        #expect(replies.first?["error"]?.stringValue == "org.varlink.service.InvalidParameter")
+        #expect(replies.first?["parameters"]?["parameter"]?.stringValue == "reason")
+        #expect(replies.last?["parameters"]?["app"]?["manager"]?.stringValue?.hasPrefix("python3[\(client.pid)]") == true
+                || replies.last?["parameters"]?["app"]?["manager"]?.stringValue == "python3[\(client.pid)]", "\(output)")
+        let line = daemon.log().first { $0.contains("App pid \(own.pid) (sleep) entered the background") }
+        #expect(line?.contains(#"(by python3["# ) == true && line?.contains(#"left\n\x1b[2Jworkspace 1)"#) == true, "\(line ?? "none")")
+    }
+}
