@@ -56,7 +56,7 @@ glue:
 lib: $(LIB_BUILD)/libbgtask.so.$(LIB_VERSION)
 
 LIB_SOURCES := libbgtask/bgtask.c libbgtask/bgtask-io.c libbgtask/bgtask-state.c libbgtask/json.c
-$(LIB_BUILD)/libbgtask.so.$(LIB_VERSION): $(LIB_SOURCES) libbgtask/bgtask.h libbgtask/bgtask-internal.h libbgtask/json.h libbgtask/libbgtask.sym
+$(LIB_BUILD)/libbgtask.so.$(LIB_VERSION): $(LIB_SOURCES) libbgtask/bgtask.h libbgtask/bgtask-internal.h libbgtask/bgtask-protocol.h libbgtask/json.h libbgtask/libbgtask.sym
 	mkdir -p $(LIB_BUILD)
 	$(CC) -std=c11 $(LIB_CFLAGS) $(CPPFLAGS) -fPIC -fvisibility=hidden -shared -Wl,-soname,$(LIB_SONAME) \
 		-Wl,--version-script=libbgtask/libbgtask.sym -Wl,-z,defs $(LIB_LDFLAGS) $(LDFLAGS) \

@@ -28,19 +28,22 @@ let package = Package(
         .target(name: "BGTaskCore", swiftSettings: fast, linkerSettings: [.linkedLibrary("m")]),
         // Framing, messages, JSON, standard errors. Knows nothing of bgtaskd.
         .target(name: "Varlink", swiftSettings: fast, linkerSettings: [.linkedLibrary("m")]),
+        // The wire protocol's names and numbers: interfaces, methods, events, error names, and
+        // the rules' constants both client libraries go by. Depends on nothing but Varlink.
+        .target(name: "BGTaskProtocol", dependencies: ["Varlink"], swiftSettings: fast),
         // Thin Swift over the OS: Errno, pidfds, /proc, sockets, sd-event, sd_notify.
         .target(name: "BGTaskSystem", dependencies: ["CSystemd"], swiftSettings: fast),
         // Glue: the Varlink endpoint turns calls into model events and runs the effects.
         .target(
             name: "BGTaskDaemon",
-            dependencies: ["BGTaskCore", "Varlink", "BGTaskSystem"],
+            dependencies: ["BGTaskCore", "BGTaskProtocol", "Varlink", "BGTaskSystem"],
             resources: [.embedInCode("io.bgtaskd.varlink")],
             swiftSettings: fast
         ),
         .executableTarget(name: "bgtaskd", dependencies: ["BGTaskDaemon"], swiftSettings: fast),
         // The UIKit-like client library and the blocking Varlink client the tools share.
-        .target(name: "BGTaskClient", dependencies: ["Varlink", "BGTaskSystem"]),
-        .executableTarget(name: "bgtaskctl", dependencies: ["BGTaskClient", "BGTaskCore"]),
+        .target(name: "BGTaskClient", dependencies: ["BGTaskProtocol", "Varlink", "BGTaskSystem"]),
+        .executableTarget(name: "bgtaskctl", dependencies: ["BGTaskClient", "BGTaskProtocol", "BGTaskCore"]),
         // The session agent's rules (windows and the lock in, decisions out) and the sway IPC
         // format: pure, tested without a compositor.
         .target(name: "BGTaskSession", dependencies: ["BGTaskCore", "Varlink"]),
@@ -48,24 +51,26 @@ let package = Package(
         // makes at build time (scripts/wayland-glue; without it, no wlr support).
         .target(name: "CWayland", exclude: ["generated"], linkerSettings: [.linkedLibrary("wayland-client")]),
         // The session agent: follows the compositor and logind, calls SetAppState.
-        .executableTarget(name: "bgtask-session", dependencies: ["BGTaskSession", "BGTaskClient", "BGTaskSystem", "CWayland"]),
+        .executableTarget(name: "bgtask-session", dependencies: ["BGTaskSession", "BGTaskClient", "BGTaskProtocol", "BGTaskSystem", "CWayland"]),
+        // Tools (Tools/): not installed; the tests and `make bench` run them.
         // A scriptable app for end-to-end tests: line commands on stdin, JSON lines out.
-        .executableTarget(name: "bgtask-probe", dependencies: ["BGTaskClient"]),
+        .executableTarget(name: "bgtask-probe", dependencies: ["BGTaskClient", "BGTaskProtocol"], path: "Tools/bgtask-probe"),
         // The same, through the UIKit-like library.
-        .executableTarget(name: "bgtask-libprobe", dependencies: ["BGTaskClient", "BGTaskSystem"]),
+        .executableTarget(name: "bgtask-libprobe", dependencies: ["BGTaskClient", "BGTaskSystem"], path: "Tools/bgtask-libprobe"),
         // The example app of the README: the whole background cycle.
         .executableTarget(name: "bgtask-example", dependencies: ["BGTaskClient"]),
         // Spawning and waiting helpers shared by the system and end-to-end tests.
         .target(name: "TestSupport", dependencies: ["BGTaskSystem"], path: "Tests/TestSupport"),
         // The benchmark and its tiny C app (10,000 of them must fit in memory).
-        .executableTarget(name: "bgtaskd-bench", dependencies: ["BGTaskClient", "BGTaskSystem", "Varlink"]),
-        .executableTarget(name: "bgtask-bench-app"),
+        .executableTarget(name: "bgtaskd-bench", dependencies: ["BGTaskClient", "BGTaskProtocol", "BGTaskSystem", "Varlink"],
+                          path: "Tools/bgtaskd-bench"),
+        .executableTarget(name: "bgtask-bench-app", path: "Tools/bgtask-bench-app"),
         // The peer: logind's Inhibit over sd-bus, for the same table (run in systemd-nspawn).
-        .executableTarget(name: "bgtask-bench-logind", linkerSettings: [.linkedLibrary("systemd")]),
+        .executableTarget(name: "bgtask-bench-logind", path: "Tools/bgtask-bench-logind", linkerSettings: [.linkedLibrary("systemd")]),
         .testTarget(name: "BGTaskCoreTests", dependencies: ["BGTaskCore"]),
         .testTarget(name: "VarlinkTests", dependencies: ["Varlink"]),
         .testTarget(name: "BGTaskSessionTests", dependencies: ["BGTaskSession", "BGTaskCore", "Varlink"]),
-        .testTarget(name: "BGTaskClientTests", dependencies: ["BGTaskClient", "Varlink"]),
+        .testTarget(name: "BGTaskClientTests", dependencies: ["BGTaskClient", "BGTaskProtocol", "Varlink"]),
         .testTarget(name: "BGTaskSystemTests", dependencies: ["BGTaskSystem", "TestSupport"]),
         .testTarget(
             name: "EndToEndTests",

@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* libbgtask's internals, shared by its three files (bgtask.c: the API; bgtask-io.c: the
- * sockets and calls; bgtask-state.c: what bgtaskd says, the tasks and the deadlines). Not
- * installed; nothing here is exported (-fvisibility=hidden and libbgtask.sym). */
+ * sockets, calls and the timer; bgtask-state.c: the rules, pure: what bgtaskd says, the tasks
+ * and the deadlines, with time as an argument). Not installed; nothing here is exported
+ * (-fvisibility=hidden and libbgtask.sym). */
 #ifndef BGTASK_INTERNAL_H
 #define BGTASK_INTERNAL_H
 
 #include "bgtask.h"
+#include "bgtask-protocol.h"
 #include "json.h"
 
 #include <stdbool.h>
@@ -17,14 +19,12 @@
 #define SYSTEM_SOCKET "/run/bgtaskd/io.bgtaskd"
 #define NSEC_PER_MSEC 1000000ULL
 #define NSEC_PER_SEC 1000000000ULL
-/* How early, before bgtaskd's transition deadline, FinishBackgroundTransition goes out
- * when a grant is still outstanding. */
-#define FINISH_MARGIN (25 * NSEC_PER_MSEC)
-#define RECONNECT_FIRST (50 * NSEC_PER_MSEC)
-#define RECONNECT_MAX NSEC_PER_SEC
-#define RESTART_GRACE (3 * NSEC_PER_SEC)
-#define MAX_MESSAGE (1 << 20)
-#define MAX_PENDING_ENDS 4096
+#define FINISH_MARGIN BGTASK_FINISH_MARGIN_NS
+#define RECONNECT_FIRST BGTASK_RECONNECT_FIRST_NS
+#define RECONNECT_MAX BGTASK_RECONNECT_MAXIMUM_NS
+#define RESTART_GRACE BGTASK_RESTART_GRACE_NS
+#define MAX_MESSAGE BGTASK_MAXIMUM_MESSAGE_BYTES
+#define MAX_PENDING_ENDS BGTASK_MAXIMUM_PENDING_ENDS
 
 /* Tokens in the epoll instance. */
 enum { TOKEN_TIMER = 1, TOKEN_SUBSCRIPTION, TOKEN_SEND };
@@ -44,6 +44,13 @@ typedef struct {
     /* bgtaskd went away while it was active: it may still hold it when it comes back. */
     bool orphaned;
 } task;
+
+/* A call the rules want sent (bgtask-io.c's flush_outbox sends it, without waiting). */
+typedef enum { OUT_FINISH_TRANSITION, OUT_FINISH_WAKE, OUT_END_TASK } out_kind;
+typedef struct {
+    out_kind kind;
+    uint64_t id;
+} out_call;
 
 /* A handler to run once the state is settled (handlers may call back into the library). */
 typedef struct {
@@ -84,10 +91,12 @@ struct bgtask_app {
 
     expiry *expiries;
     size_t n_expiries, expiries_capacity;
+    out_call *outbox;
+    size_t n_outbox, outbox_capacity;
     char last_error[128];
 };
 
-/* bgtask-io.c */
+/* bgtask-io.c: sockets, calls, the timer. */
 uint64_t now_ns(void);
 void close_fd(bgtask_app *app, int *fd);
 int watch(bgtask_app *app, int fd, uint32_t events, uint64_t token, int op);
@@ -98,18 +107,37 @@ void buffer_consume(buffer *b, size_t n);
 int flush_out(int fd, buffer *b);
 int read_available(int fd, buffer *b);
 int append(char **buffer, size_t *length, size_t *capacity, const char *text);
-int send_call(bgtask_app *app, const char *method, const char *parameters);
-void send_end(bgtask_app *app, uint64_t id);
 int call(bgtask_app *app, const char *method, const char *parameters, json_value *reply);
-
-/* bgtask-state.c */
-task *find_task(bgtask_app *app, uint64_t id);
-void remove_task(bgtask_app *app, task *t);
-void run_expiries(bgtask_app *app);
-void arm_timer(bgtask_app *app);
+/* The subscription broke: its connections closed, the rules told. */
 void lost(bgtask_app *app, uint64_t now);
-void tick(bgtask_app *app, uint64_t now);
+/* What is due at `now` done: a reconnection, the outbox sent, the timer armed. */
+void settle(bgtask_app *app, uint64_t now);
 void read_subscription(bgtask_app *app, uint64_t now);
 void read_send_replies(bgtask_app *app);
+
+/* bgtask-state.c: the rules. No descriptor, no clock, no system call: each function takes
+ * the instant it happens at; calls to make go to the outbox; handlers to run to the
+ * expiries. Tests/libbgtask/vectors.c runs the client vectors against these alone. */
+task *find_task(bgtask_app *app, uint64_t id);
+void run_expiries(bgtask_app *app);
+uint64_t next_deadline(const bgtask_app *app);
+/* A message of the subscription; -EPROTO if the stream must start again (an error reply,
+ * no event). */
+int state_receive(bgtask_app *app, const json_value *message, uint64_t now);
+/* BeginTask returned `id`; -ENOMEM if it cannot be kept. */
+int state_begun(bgtask_app *app, uint64_t id, bool granted, bgtask_expiration_handler_t handler, void *userdata);
+/* The app ends `id`: -ENOENT unknown, 0 ended by bgtaskd already, 1 EndTask must go out. */
+int state_end(bgtask_app *app, uint64_t id);
+/* EndTask could not reach bgtaskd: sent once it is back. */
+void state_end_undelivered(bgtask_app *app, uint64_t id);
+void state_lost(bgtask_app *app, uint64_t now);
+/* What is due at `now`; true if a reconnection is (bgtask-io.c makes it). */
+bool state_tick(bgtask_app *app, uint64_t now);
+void state_reconnect_failed(bgtask_app *app, uint64_t now);
+/* bgtask_finish_transition: false if there was none. */
+bool state_finish_transition(bgtask_app *app);
+/* bgtask_finish_wake: false if there was none. */
+bool state_wake_completed(bgtask_app *app, uint64_t now);
+double state_time_remaining(const bgtask_app *app, uint64_t now);
 
 #endif

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* libbgtask: sockets and calls. The caller's calls are a round trip each on their
- * own connection, bounded by the timeout; the library's own calls go out on another without
- * waiting, their replies read when they come (bgtask_app_process). */
+/* libbgtask: sockets, calls and the timer; the rules (bgtask-state.c) decide, this file
+ * does. The caller's calls are a round trip each on their own connection, bounded by the
+ * timeout; the library's own calls (the rules' outbox) go out on another without waiting,
+ * their replies read when they come (bgtask_app_process). */
 #define _GNU_SOURCE
 #include "bgtask-internal.h"
 
@@ -83,7 +84,7 @@ int read_available(int fd, buffer *b) {
 
 /* ---- The library's own calls ---- */
 
-int send_call(bgtask_app *app, const char *method, const char *parameters) {
+static int send_call(bgtask_app *app, const char *method, const char *parameters) {
     if (app->send_fd < 0) {
         int fd = connect_socket(app->socket_path);
         if (fd < 0) return fd;
@@ -93,7 +94,7 @@ int send_call(bgtask_app *app, const char *method, const char *parameters) {
         if (r < 0) { close_fd(app, &app->send_fd); return r; }
     }
     char frame[512];
-    int n = snprintf(frame, sizeof(frame), "{\"method\":\"io.bgtaskd.App.%s\",\"parameters\":%s}", method, parameters);
+    int n = snprintf(frame, sizeof(frame), "{\"method\":\"" BGTASK_INTERFACE_APP ".%s\",\"parameters\":%s}", method, parameters);
     if (n < 0 || (size_t)n >= sizeof(frame)) return -EINVAL;
     if (buffer_append(&app->send_out, frame, (size_t)n + 1) < 0) return -ENOMEM;  /* with its NUL */
     int r = flush_out(app->send_fd, &app->send_out);
@@ -101,11 +102,20 @@ int send_call(bgtask_app *app, const char *method, const char *parameters) {
     return watch(app, app->send_fd, EPOLLIN | (app->send_out.length ? EPOLLOUT : 0), TOKEN_SEND, EPOLL_CTL_MOD);
 }
 
-void send_end(bgtask_app *app, uint64_t id) {
-    char parameters[64];
-    snprintf(parameters, sizeof(parameters), "{\"taskId\":%llu}", (unsigned long long)id);
-    if (send_call(app, "EndTask", parameters) < 0 && app->n_pending_ends < MAX_PENDING_ENDS)
-        app->pending_ends[app->n_pending_ends++] = id;
+/* Sends what the rules queued; an EndTask that cannot go out waits for bgtaskd's return. */
+static void flush_outbox(bgtask_app *app) {
+    for (size_t i = 0; i < app->n_outbox; i++) {
+        out_call c = app->outbox[i];
+        char parameters[64] = "{}";
+        const char *method = BGTASK_METHOD_FINISH_BACKGROUND_TRANSITION;
+        if (c.kind == OUT_FINISH_WAKE) method = BGTASK_METHOD_FINISH_WAKE;
+        if (c.kind == OUT_END_TASK) {
+            method = BGTASK_METHOD_END_TASK;
+            snprintf(parameters, sizeof(parameters), "{\"taskId\":%llu}", (unsigned long long)c.id);
+        }
+        if (send_call(app, method, parameters) < 0 && c.kind == OUT_END_TASK) state_end_undelivered(app, c.id);
+    }
+    app->n_outbox = 0;
 }
 
 int append(char **buffer, size_t *length, size_t *capacity, const char *text) {
@@ -114,12 +124,12 @@ int append(char **buffer, size_t *length, size_t *capacity, const char *text) {
 
 static int errno_of(const char *error) {
     static const struct { const char *name; int code; } table[] = {
-        {"io.bgtaskd.App.NoBackgroundTime", ETIME},
-        {"io.bgtaskd.App.LimitExceeded", EDQUOT},
-        {"io.bgtaskd.App.NoSuchTask", ENOENT},
-        {"io.bgtaskd.App.StateNotWritable", EAGAIN},
-        {"org.varlink.service.InvalidParameter", EINVAL},
-        {"org.varlink.service.PermissionDenied", EPERM},
+        {BGTASK_ERROR_NO_BACKGROUND_TIME, ETIME},
+        {BGTASK_ERROR_LIMIT_EXCEEDED, EDQUOT},
+        {BGTASK_ERROR_NO_SUCH_TASK, ENOENT},
+        {BGTASK_ERROR_STATE_NOT_WRITABLE, EAGAIN},
+        {BGTASK_ERROR_INVALID_PARAMETER, EINVAL},
+        {BGTASK_ERROR_PERMISSION_DENIED, EPERM},
     };
     for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
         if (strcmp(error, table[i].name) == 0) return -table[i].code;
@@ -138,7 +148,7 @@ int call(bgtask_app *app, const char *method, const char *parameters, json_value
     }
     char *frame = NULL;
     size_t length = 0, capacity = 0;
-    int r = append(&frame, &length, &capacity, "{\"method\":\"io.bgtaskd.App.");
+    int r = append(&frame, &length, &capacity, "{\"method\":\"" BGTASK_INTERFACE_APP ".");
     if (r == 0) r = append(&frame, &length, &capacity, method);
     if (r == 0) r = append(&frame, &length, &capacity, "\",\"parameters\":");
     if (r == 0) r = append(&frame, &length, &capacity, parameters);
@@ -193,5 +203,86 @@ int call(bgtask_app *app, const char *method, const char *parameters, json_value
         return code;
     }
     return 0;
+}
+
+/* ---- The subscription and the timer ---- */
+
+void lost(bgtask_app *app, uint64_t now) {
+    close_fd(app, &app->subscription_fd);
+    close_fd(app, &app->send_fd);
+    if (app->call_fd >= 0) { close(app->call_fd); app->call_fd = -1; }
+    app->subscription_in.length = 0;
+    state_lost(app, now);
+}
+
+static void reconnect(bgtask_app *app, uint64_t now) {
+    static const char subscribe[] = "{\"method\":\"" BGTASK_INTERFACE_APP "." BGTASK_METHOD_SUBSCRIBE "\",\"more\":true}";
+    int fd = connect_socket(app->socket_path);
+    if (fd >= 0 && send(fd, subscribe, sizeof(subscribe), MSG_NOSIGNAL) != (ssize_t)sizeof(subscribe)) {
+        close(fd);
+        fd = -1;
+    }
+    if (fd >= 0 && watch(app, fd, EPOLLIN, TOKEN_SUBSCRIPTION, EPOLL_CTL_ADD) < 0) {
+        close(fd);
+        fd = -1;
+    }
+    if (fd < 0) {
+        state_reconnect_failed(app, now);
+        return;
+    }
+    app->subscription_fd = fd;
+}
+
+static void arm_timer(bgtask_app *app) {
+    uint64_t next = next_deadline(app);
+    struct itimerspec spec = {0};
+    if (next) {
+        spec.it_value.tv_sec = (time_t)(next / NSEC_PER_SEC);
+        spec.it_value.tv_nsec = (long)(next % NSEC_PER_SEC);
+        if (!spec.it_value.tv_sec && !spec.it_value.tv_nsec) spec.it_value.tv_nsec = 1;
+    }
+    timerfd_settime(app->timer_fd, TFD_TIMER_ABSTIME, &spec, NULL);
+}
+
+void settle(bgtask_app *app, uint64_t now) {
+    if (state_tick(app, now) && app->subscription_fd < 0) reconnect(app, now);
+    flush_outbox(app);
+    arm_timer(app);
+}
+
+/* Splits the subscription's bytes into messages and applies them in order. */
+void read_subscription(bgtask_app *app, uint64_t now) {
+    int r = read_available(app->subscription_fd, &app->subscription_in);
+    size_t start = 0;
+    while (app->subscription_fd >= 0) {
+        char *nul = memchr(app->subscription_in.data + start, 0, app->subscription_in.length - start);
+        if (!nul) break;
+        json_value message;
+        size_t length = (size_t)(nul - (app->subscription_in.data + start));
+        if (json_parse(app->subscription_in.data + start, length, &message) < 0) {
+            lost(app, now);
+            return;
+        }
+        start += length + 1;
+        int r = state_receive(app, &message, now);
+        json_free(&message);
+        if (r < 0) {
+            lost(app, now);
+            return;
+        }
+    }
+    if (app->subscription_fd >= 0) {
+        buffer_consume(&app->subscription_in, start);
+        if (r < 0 || app->subscription_in.length > MAX_MESSAGE) lost(app, now);
+    }
+}
+
+/* Replies to the library's own calls: nothing to do with them but read them. */
+void read_send_replies(bgtask_app *app) {
+    int r = read_available(app->send_fd, &app->send_in);
+    char *nul;
+    while ((nul = memchr(app->send_in.data, 0, app->send_in.length)))
+        buffer_consume(&app->send_in, (size_t)(nul - app->send_in.data) + 1);
+    if (r < 0) close_fd(app, &app->send_fd);
 }
 

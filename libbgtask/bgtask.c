@@ -61,9 +61,9 @@ EXPORT int bgtask_app_process(bgtask_app *app) {
         }
         run_expiries(app);
     }
-    tick(app, now_ns());
+    settle(app, now_ns());
     run_expiries(app);
-    arm_timer(app);
+    settle(app, now_ns());  /* what the handlers did */
     bgtask_app_unref(app);
     return result;
 }
@@ -88,7 +88,7 @@ EXPORT int bgtask_app_new(bgtask_app **ret, const char *socket_path) {
     r = app->epoll_fd < 0 || app->timer_fd < 0 ? -errno : watch(app, app->timer_fd, EPOLLIN, TOKEN_TIMER, EPOLL_CTL_ADD);
     if (r < 0) goto fail;
     /* Subscribed before returning, so the first call finds the app known. */
-    static const char subscribe[] = "{\"method\":\"io.bgtaskd.App.Subscribe\",\"more\":true}";
+    static const char subscribe[] = "{\"method\":\"" BGTASK_INTERFACE_APP "." BGTASK_METHOD_SUBSCRIBE "\",\"more\":true}";
     int fd = connect_socket(app->socket_path);
     if (fd < 0) { r = fd; goto fail; }
     app->subscription_fd = fd;
@@ -126,6 +126,7 @@ EXPORT bgtask_app *bgtask_app_unref(bgtask_app *app) {
     if (app->epoll_fd >= 0) close(app->epoll_fd);
     for (size_t i = 0; i < app->n_expiries; i++) free(app->expiries[i].detail);
     free(app->expiries);
+    free(app->outbox);
     free(app->subscription_in.data);
     free(app->send_in.data);
     free(app->send_out.data);
@@ -166,13 +167,6 @@ EXPORT const char *bgtask_app_get_error(bgtask_app *app) { return app && app->la
 EXPORT int bgtask_begin(bgtask_app *app, const char *name, bgtask_expiration_handler_t expiration, void *userdata,
                         uint64_t *ret_id) {
     if (!app || !ret_id) return -EINVAL;
-    if (app->n_tasks == app->tasks_capacity) {
-        size_t next = app->tasks_capacity ? app->tasks_capacity * 2 : 8;
-        task *grown = realloc(app->tasks, next * sizeof(task));
-        if (!grown) return -ENOMEM;
-        app->tasks = grown;
-        app->tasks_capacity = next;
-    }
     char *parameters = NULL;
     size_t length = 0, capacity = 0;
     int r = append(&parameters, &length, &capacity, "{\"name\":");
@@ -180,69 +174,58 @@ EXPORT int bgtask_begin(bgtask_app *app, const char *name, bgtask_expiration_han
     if (r == 0) r = append(&parameters, &length, &capacity, expiration ? ",\"expirationHandler\":true}" : ",\"expirationHandler\":false}");
     if (r < 0) { free(parameters); return r; }
     json_value reply;
-    r = call(app, "BeginTask", parameters, &reply);
+    r = call(app, BGTASK_METHOD_BEGIN_TASK, parameters, &reply);
     free(parameters);
     if (r < 0) return r;
     uint64_t id = 0;
     const char *state = "pending";
     bool ok = json_get_id(json_get(&reply, "parameters"), "taskId", &id);
     json_get_string(json_get(&reply, "parameters"), "state", &state);
-    task t = {.id = id, .handler = expiration, .userdata = userdata, .granted = strcmp(state, "granted") == 0};
+    bool granted = strcmp(state, "granted") == 0;
     json_free(&reply);
     if (!ok) return -EPROTO;
-    app->tasks[app->n_tasks++] = t;
+    r = state_begun(app, id, granted, expiration, userdata);
+    if (r < 0) return r;
     *ret_id = id;
     return 0;
 }
 
 EXPORT int bgtask_end(bgtask_app *app, uint64_t id) {
     if (!app) return -EINVAL;
-    task *t = find_task(app, id);
-    if (!t) return -ENOENT;
-    bool send = !t->finished || t->orphaned;
-    remove_task(app, t);
+    int send = state_end(app, id);
+    if (send < 0) return send;
     if (send) {
         char parameters[64];
         snprintf(parameters, sizeof(parameters), "{\"taskId\":%llu}", (unsigned long long)id);
         json_value reply;
-        int r = call(app, "EndTask", parameters, &reply);
+        int r = call(app, BGTASK_METHOD_END_TASK, parameters, &reply);
         if (r == 0) {
             json_free(&reply);
         } else if (r == -ENOTCONN || r == -ETIMEDOUT || r == -ECONNRESET || r == -ECONNREFUSED || r == -EPIPE) {
-            if (app->n_pending_ends < MAX_PENDING_ENDS) app->pending_ends[app->n_pending_ends++] = id;  /* once it is back */
+            state_end_undelivered(app, id);  /* once it is back */
         }
         /* -ENOENT: bgtaskd ended it meanwhile (expired, or the app left the background). */
     }
-    tick(app, now_ns());  /* the transition may have been waiting on it */
-    arm_timer(app);
+    settle(app, now_ns());  /* the transition may have been waiting on it */
     return 0;
 }
 
 EXPORT int bgtask_time_remaining(bgtask_app *app, double *ret_seconds) {
     if (!app || !ret_seconds) return -EINVAL;
-    if (!app->connected || !app->has_remaining) {
-        *ret_seconds = INFINITY;
-    } else {
-        double left = app->remaining - (double)(now_ns() - app->remaining_at) / 1e9;
-        *ret_seconds = left > 0 ? left : 0;
-    }
+    *ret_seconds = state_time_remaining(app, now_ns());
     return 0;
 }
 
 EXPORT int bgtask_finish_transition(bgtask_app *app) {
     if (!app) return -EINVAL;
-    if (!app->transition) return 0;
-    app->transition = false;
-    send_call(app, "FinishBackgroundTransition", "{}");
-    arm_timer(app);
+    if (!state_finish_transition(app)) return 0;
+    settle(app, now_ns());
     return 1;
 }
 
 EXPORT int bgtask_finish_wake(bgtask_app *app) {
     if (!app) return -EINVAL;
-    if (!app->wake) return 0;
-    app->wake_completed = true;
-    tick(app, now_ns());
-    arm_timer(app);
+    if (!state_wake_completed(app, now_ns())) return 0;
+    settle(app, now_ns());
     return 1;
 }

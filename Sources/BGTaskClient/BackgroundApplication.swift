@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+import BGTaskProtocol
 import BGTaskSystem
 import Foundation
 import Varlink
@@ -113,13 +114,14 @@ public final class BackgroundApplication: @unchecked Sendable {
     func begin(_ name: String?, _ expirationHandler: (@Sendable (ExpirationReason) -> Void)?) -> BackgroundTaskIdentifier {
         let reply: [String: JSON]
         do {
-            reply = try call("BeginTask", ["name": .string(name ?? ""), "expirationHandler": .bool(expirationHandler != nil)])
+            reply = try call(.beginTask, ["name": .string(name ?? ""), "expirationHandler": .bool(expirationHandler != nil)])
         } catch {
             Self.emit("Background task \(name.map { "'\($0)'" } ?? "(unnamed)") refused: \(error)")
             return .invalid
         }
         guard let id = reply["taskId"]?.intValue.map(Int.init), id > 0 else { return .invalid }
-        let early = state.withLock { $0.client.begun(id, name: name ?? "", handler: expirationHandler) }
+        let granted = reply[Field.state]?.stringValue == "granted"
+        let early = state.withLock { $0.client.begun(id, name: name ?? "", handler: expirationHandler, granted: granted) }
         events.perform(early, self)
         return BackgroundTaskIdentifier(rawValue: id)
     }
@@ -144,10 +146,10 @@ public final class BackgroundApplication: @unchecked Sendable {
     /// Sends `EndTask`; while the daemon is away, remembers to once it is back.
     private func end(_ id: Int) {
         do {
-            _ = try call("EndTask", ["taskId": .int(Int64(id))])
+            _ = try call(.endTask, [Field.taskId: .int(Int64(id))])
         } catch let error as ClientError where error.code != .callFailed {
             state.withLock { $0.client.endUndelivered(id) }
-        } catch let error as ClientError where error.varlinkError?.name == "io.bgtaskd.App.NoSuchTask" {
+        } catch let error as ClientError where ErrorName.noSuchTask.matches(error.varlinkError) {
             // ended meanwhile (expired, or by the daemon)
         } catch {
             Self.emit("Ending background task \(id) failed: \(error)")
@@ -199,13 +201,13 @@ public final class BackgroundApplication: @unchecked Sendable {
 
     static func subscribe(at path: String, nonBlocking: Bool = false) throws -> VarlinkConnection {
         let connection = try VarlinkConnection(path: path, nonBlocking: nonBlocking)
-        try connection.send(VarlinkCall(method: "io.bgtaskd.App.Subscribe", more: true))
+        try connection.send(VarlinkCall(.subscribe, more: true))
         return connection
     }
 
     /// One `io.bgtaskd.App` call on the call connection, connecting it if needed. Fails at
     /// once while the subscription is down.
-    func call(_ member: String, _ parameters: [String: JSON] = [:]) throws -> [String: JSON] {
+    func call(_ method: AppMethod, _ parameters: [String: JSON] = [:]) throws -> [String: JSON] {
         guard isConnected else {
             throw ClientError(.notConnected, "not connected to bgtaskd at \(socketPath)")
         }
@@ -214,7 +216,7 @@ public final class BackgroundApplication: @unchecked Sendable {
             let current = try connection ?? VarlinkConnection(path: socketPath)
             connection = current
             do {
-                return try current.call("io.bgtaskd.App.\(member)", parameters, timeoutMilliseconds: timeout)
+                return try current.call(.app(method), parameters, timeoutMilliseconds: timeout)
             } catch let error as ClientError where error.code != .callFailed {
                 current.close()
                 connection = nil  // broken or out of step: start afresh next time

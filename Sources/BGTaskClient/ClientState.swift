@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+import BGTaskProtocol
 import Varlink
 
 /// What the daemon says on the Subscribe stream, parsed.
@@ -76,21 +77,13 @@ struct ClientState<Handler> {
         case send
     }
 
-    /// How early, before the daemon's transition deadline, `FinishBackgroundTransition` goes
-    /// out when a grant is still outstanding (the event reached the app a little late).
-    static var finishMargin: Int64 { 25_000_000 }
-    static var reconnectDelays: ClosedRange<Int64> { 50_000_000...1_000_000_000 }
-    static var restartGrace: Int64 { Int64(BackgroundApplication.daemonRestartGrace * 1e9) }
-
-    /// Seconds the daemon sent, as nanoseconds within [0, a day], as libbgtask reads them: a
-    /// window longer than that is not one bgtaskd gives, and `Int64(x * 1e9)` traps (the app
-    /// crashes) on a huge, infinite or NaN value.
-    static func nanoseconds(_ seconds: Double) -> Int64 {
-        guard seconds > 0 else { return 0 }  // NaN too
-        return seconds > 86_400 ? 86_400_000_000_000 : Int64(seconds * 1e9)
-    }
-    static var maximumEarlyEvents: Int { 256 }
-    static var maximumPendingEnds: Int { 4096 }
+    // The rules' numbers, shared with libbgtask (BGTaskProtocol.ClientRules).
+    static var finishMargin: Int64 { ClientRules.finishMargin }
+    static var reconnectDelays: ClosedRange<Int64> { ClientRules.reconnectFirst...ClientRules.reconnectMaximum }
+    static var restartGrace: Int64 { ClientRules.restartGrace }
+    static func nanoseconds(_ seconds: Double) -> Int64 { ClientRules.nanoseconds(seconds) }
+    static var maximumEarlyEvents: Int { ClientRules.maximumEarlyEvents }
+    static var maximumPendingEnds: Int { ClientRules.maximumPendingEnds }
 
     private(set) var connected = false
     private(set) var state: BackgroundApplication.State = .active
@@ -199,8 +192,8 @@ struct ClientState<Handler> {
     // MARK: From the app
 
     /// `BeginTask` returned `id`: the task is known, and the events that beat the reply apply.
-    mutating func begun(_ id: Int, name: String, handler: Handler?) -> [Effect] {
-        tasks[id] = Task(name: name, handler: handler)
+    mutating func begun(_ id: Int, name: String, handler: Handler?, granted: Bool = false) -> [Effect] {
+        tasks[id] = Task(name: name, handler: handler, granted: granted)
         earlyOrder.removeAll { $0 == id }
         return (earlyEvents.removeValue(forKey: id) ?? []).flatMap { applyTaskEvent($0, to: id) }
     }
@@ -305,30 +298,34 @@ struct ClientState<Handler> {
 }
 
 extension DaemonEvent {
-    /// The event in a Subscribe reply; `nil` for events this library does not know.
+    /// The event in a Subscribe reply; `nil` for events this library does not know. Times
+    /// are read within [0, a day]; a warning without one means 0 s (the time is up).
     init?(_ parameters: [String: JSON]) {
-        let remaining = parameters["backgroundTimeRemaining"]?.doubleValue
-        let ids = (parameters["taskIds"]?.arrayValue ?? []).compactMap(\.intValue).map(Int.init)
-        let id = parameters["taskId"]?.intValue.map(Int.init)
-        switch parameters["event"]?.stringValue {
-        case "subscribed"?:
-            self = .subscribed(state: parameters["state"]?.stringValue ?? "foreground", remaining: remaining,
+        let remaining = parameters[Field.backgroundTimeRemaining]?.doubleValue.map(ClientRules.seconds)
+        let ids = (parameters[Field.taskIds]?.arrayValue ?? []).compactMap(\.intValue).map(Int.init)
+        let id = parameters[Field.taskId]?.intValue.map(Int.init)
+        guard let name = parameters[Field.event]?.stringValue.flatMap(EventName.init(rawValue:)) else { return nil }
+        switch name {
+        case .subscribed:
+            self = .subscribed(state: parameters[Field.state]?.stringValue ?? "foreground", remaining: remaining,
                                held: Set(ids),
-                               expiring: (parameters["expiringTaskIds"]?.arrayValue ?? []).compactMap(\.intValue).map(Int.init))
-        case "didEnterBackground"?:
+                               expiring: (parameters[Field.expiringTaskIds]?.arrayValue ?? []).compactMap(\.intValue).map(Int.init))
+        case .didEnterBackground:
             self = .didEnterBackground(remaining: remaining,
-                                       transitionTimeout: parameters["transitionTimeout"]?.doubleValue ?? 0)
-        case "willEnterForeground"?: self = .willEnterForeground
-        case "taskGranted"?: guard let id else { return nil }; self = .taskGranted(id)
-        case "taskDenied"?:
+                                       transitionTimeout: parameters[Field.transitionTimeout]?.doubleValue ?? 0)
+        case .willEnterForeground: self = .willEnterForeground
+        case .taskGranted: guard let id else { return nil }; self = .taskGranted(id)
+        case .taskDenied:
             guard let id else { return nil }
-            self = .taskDenied(id, reason: parameters["reason"]?.stringValue ?? "denied")
-        case "taskExpiring"?: self = .taskExpiring(ids, remaining: remaining ?? 0)
-        case "taskExpired"?: self = .taskExpired(ids)
-        case "didWake"?:
-            self = .didWake(reason: parameters["reason"]?.stringValue ?? "", payload: parameters["payload"]?.serialized,
-                            remaining: remaining)
-        default: return nil
+            self = .taskDenied(id, reason: parameters[Field.reason]?.stringValue ?? "denied")
+        case .taskExpiring: self = .taskExpiring(ids, remaining: remaining ?? 0)
+        case .taskExpired: self = .taskExpired(ids)
+        case .didWake:
+            // A payload is an object; anything else is none (as libbgtask reads it).
+            let payload = parameters[Field.payload].flatMap { value -> String? in
+                if case .object = value { value.serialized } else { nil }
+            }
+            self = .didWake(reason: parameters[Field.reason]?.stringValue ?? "", payload: payload, remaining: remaining)
         }
     }
 }

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+import BGTaskProtocol
 import BGTaskSystem
 import Foundation
 import Varlink
@@ -134,9 +135,9 @@ final class EventThread: @unchecked Sendable {
     /// Sends one of the library's own calls without waiting for its reply.
     private func send(_ call: DaemonCall, _ app: BackgroundApplication) {
         let message = switch call {
-        case .finishBackgroundTransition: VarlinkCall(method: "io.bgtaskd.App.FinishBackgroundTransition")
-        case .finishWake: VarlinkCall(method: "io.bgtaskd.App.FinishWake")
-        case let .endTask(id): VarlinkCall(method: "io.bgtaskd.App.EndTask", parameters: ["taskId": .int(Int64(id))])
+        case .finishBackgroundTransition: VarlinkCall(.finishBackgroundTransition)
+        case .finishWake: VarlinkCall(.finishWake)
+        case let .endTask(id): VarlinkCall(.endTask, parameters: [Field.taskId: .int(Int64(id))])
         }
         do {
             if calls == nil { calls = try PipelinedConnection(path: app.socketPath) }
@@ -153,8 +154,8 @@ final class EventThread: @unchecked Sendable {
             try connection.flush()
             for (call, reply) in try connection.receiveAvailable() {
                 guard let error = reply.error else { continue }
-                switch (call, error) {
-                case (.endTask, "io.bgtaskd.App.NoSuchTask"), (.finishBackgroundTransition, _), (.finishWake, _):
+                switch (call, ErrorName(rawValue: error)) {
+                case (.endTask, .noSuchTask?), (.finishBackgroundTransition, _), (.finishWake, _):
                     break  // ended meanwhile; or the transition or wake is over already
                 case let (.endTask(id), _):
                     BackgroundApplication.emit("Ending background task \(id) failed: \(error)")

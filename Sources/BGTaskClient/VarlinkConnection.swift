@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+import BGTaskProtocol
 import BGTaskSystem
 import Glibc
 import Varlink
@@ -125,6 +126,13 @@ public final class VarlinkConnection {
                      timeoutMilliseconds: Int32 = -1) throws(ClientError) -> [String: JSON] {
         try send(VarlinkCall(method: method, parameters: parameters, more: more))
         return try Self.check(try receive(timeoutMilliseconds: timeoutMilliseconds))
+    }
+
+    /// Calls one of bgtaskd's methods.
+    @discardableResult
+    public func call(_ method: BGTaskProtocol.Method, _ parameters: [String: JSON] = [:], more: Bool = false,
+                     timeoutMilliseconds: Int32 = -1) throws(ClientError) -> [String: JSON] {
+        try call(method.qualified, parameters, more: more, timeoutMilliseconds: timeoutMilliseconds)
     }
 
     /// The reply's parameters, or its error thrown as `callFailed`.

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-/// An error the model answers a request with. Each maps to one Varlink error name.
+/// An error the model answers a request with. Each maps to one Varlink error name
+/// (`BGTaskProtocol.ErrorName`, by the daemon's `Wire`).
 public enum BGTaskError: Error, Equatable, Sendable {
     /// No task with that id is active in the caller's app.
     case noSuchTask(TaskID)
@@ -15,16 +16,4 @@ public enum BGTaskError: Error, Equatable, Sendable {
     case invalidParameter(String)
     /// The state file (named) cannot be written, so nothing may change (a full disk).
     case stateNotWritable(String)
-
-    /// The error's Varlink name.
-    public var varlinkName: String {
-        switch self {
-        case .noSuchTask: "io.bgtaskd.App.NoSuchTask"
-        case .noBackgroundTime: "io.bgtaskd.App.NoBackgroundTime"
-        case .limitExceeded: "io.bgtaskd.App.LimitExceeded"
-        case .noSuchApp, .noSuchUnit: "io.bgtaskd.Manager.NoSuchApp"
-        case .invalidParameter: "org.varlink.service.InvalidParameter"
-        case .stateNotWritable: "io.bgtaskd.App.StateNotWritable"
-        }
-    }
 }

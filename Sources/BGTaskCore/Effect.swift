@@ -10,19 +10,6 @@ public enum LifecycleEvent: Equatable, Sendable {
     case taskExpired([TaskID])
     /// A manager woke the app (DESIGN.md §2c): `payload` is a JSON object's text, if any.
     case didWake(reason: String, payload: String?, backgroundTimeRemaining: Duration?)
-
-    /// The event's name on the wire.
-    public var name: String {
-        switch self {
-        case .didEnterBackground: "didEnterBackground"
-        case .willEnterForeground: "willEnterForeground"
-        case .taskGranted: "taskGranted"
-        case .taskDenied: "taskDenied"
-        case .taskExpiring: "taskExpiring"
-        case .taskExpired: "taskExpired"
-        case .didWake: "didWake"
-        }
-    }
 }
 
 /// A suspension, resumption or termination the daemon must carry out and record.

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 import BGTaskCore
+import BGTaskProtocol
 import BGTaskSystem
 import Varlink
 
@@ -40,7 +41,7 @@ enum Wire {
     }
 
     static func event(_ event: LifecycleEvent) -> [String: JSON] {
-        var object: [String: JSON] = ["event": .string(event.name)]
+        var object: [String: JSON] = ["event": .string(EventName(event).rawValue)]
         switch event {
         case let .didEnterBackground(transitionTimeout, remaining):
             object["transitionTimeout"] = seconds(transitionTimeout)
@@ -147,13 +148,27 @@ extension BGTaskError {
     /// The error as a Varlink reply error, with its parameters.
     var varlink: VarlinkError {
         switch self {
-        case let .noSuchTask(id): VarlinkError(varlinkName, parameters: ["taskId": .int(Int64(id))])
-        case .noBackgroundTime: VarlinkError(varlinkName)
-        case let .limitExceeded(limit): VarlinkError(varlinkName, parameters: ["limit": .string(limit)])
-        case let .noSuchApp(pid): VarlinkError(varlinkName, parameters: ["pid": .int(Int64(pid))])
-        case let .noSuchUnit(unit): VarlinkError(varlinkName, parameters: ["unit": .string(unit)])
-        case let .invalidParameter(what): VarlinkError(varlinkName, parameters: ["parameter": .string(what)])
-        case let .stateNotWritable(path): VarlinkError(varlinkName, parameters: ["path": .string(path)])
+        case let .noSuchTask(id): ErrorName.noSuchTask(["taskId": .int(Int64(id))])
+        case .noBackgroundTime: ErrorName.noBackgroundTime()
+        case let .limitExceeded(limit): ErrorName.limitExceeded(["limit": .string(limit)])
+        case let .noSuchApp(pid): ErrorName.noSuchApp(["pid": .int(Int64(pid))])
+        case let .noSuchUnit(unit): ErrorName.noSuchApp(["unit": .string(unit)])
+        case let .invalidParameter(what): ErrorName.invalidParameter(["parameter": .string(what)])
+        case let .stateNotWritable(path): ErrorName.stateNotWritable(["path": .string(path)])
+        }
+    }
+}
+
+extension EventName {
+    init(_ event: LifecycleEvent) {
+        self = switch event {
+        case .didEnterBackground: .didEnterBackground
+        case .willEnterForeground: .willEnterForeground
+        case .taskGranted: .taskGranted
+        case .taskDenied: .taskDenied
+        case .taskExpiring: .taskExpiring
+        case .taskExpired: .taskExpired
+        case .didWake: .didWake
         }
     }
 }
@@ -163,4 +178,13 @@ extension BGTaskError {
 enum AppTarget {
     case pid(Int32)
     case unit(String)
+}
+
+extension WakeReason {
+    /// The payload as JSON text: an object of at most 4 KiB serialized, or none.
+    static func payload(_ value: JSON?) throws -> String? {
+        guard let value, !value.isNull else { return nil }
+        guard case .object = value else { throw VarlinkError.invalidParameter("payload") }
+        return try validate(payload: value.serialized)
+    }
 }

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+import BGTaskProtocol
 import BGTaskClient
 import BGTaskCore
 import BGTaskSession
@@ -121,7 +122,7 @@ final class Agent {
         case let .pid(pid): parameters["pid"] = .int(Int64(pid))
         case let .unit(unit): parameters["unit"] = .string(unit)
         }
-        return VarlinkCall(method: "io.bgtaskd.Manager.SetAppState", parameters: parameters)
+        return VarlinkCall(.setAppState, parameters: parameters)
     }
 
     func armDelay() {
@@ -154,7 +155,7 @@ final class Agent {
     func adopt() throws {
         let connection = try VarlinkConnection(path: socketPath)
         defer { connection.close() }
-        let reply = try connection.call("io.bgtaskd.Manager.ListApps", timeoutMilliseconds: 5000)
+        let reply = try connection.call(.manager(.listApps), timeoutMilliseconds: 5000)
         let mine = (reply["apps"]?.arrayValue ?? []).compactMap { app -> AppKey? in
             guard app["uid"]?.intValue == Int64(uid), app["manager"]?.stringValue?.hasPrefix("bgtask-session[") == true,
                   app["state"]?.stringValue == "background" || app["state"]?.stringValue == "suspended",
@@ -456,7 +457,7 @@ final class Agent {
         do {
             let connection = try VarlinkConnection(path: socketPath)
             defer { connection.close() }
-            let reply = try connection.call("io.bgtaskd.Manager.ListApps", timeoutMilliseconds: 2000)
+            let reply = try connection.call(.manager(.listApps), timeoutMilliseconds: 2000)
             let suspended = (reply["apps"]?.arrayValue ?? []).filter {
                 $0["uid"]?.intValue == Int64(uid) && $0["state"]?.stringValue == "suspended"
                     && $0["manager"]?.stringValue?.hasPrefix("bgtask-session[") == true
@@ -464,7 +465,7 @@ final class Agent {
             for app in suspended {
                 var parameters: [String: JSON] = ["reason": .string("compositor-backlog")]
                 if let unit = app["unit"]?.stringValue { parameters["unit"] = .string(unit) } else { parameters["pid"] = app["pid"] ?? .null }
-                try connection.send(VarlinkCall(method: "io.bgtaskd.Manager.Wake", parameters: parameters))
+                try connection.send(VarlinkCall(.wake, parameters: parameters))
             }
             for _ in suspended { _ = try connection.receive(timeoutMilliseconds: 2000) }
             if !suspended.isEmpty { log(7, "woke \(suspended.count) suspended apps to read their compositor backlog") }

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
+import BGTaskProtocol
 import Varlink
 
 /// `bgtaskctl apps`
 enum AppsVerb {
     static func run(_ context: Context, _ arguments: [String]) throws {
         guard arguments.isEmpty else { throw UsageError("apps takes no arguments") }
-        let reply = try context.call("ListApps")
+        let reply = try context.call(.listApps)
         if context.json { return context.printJSON(.object(reply)) }
         print(table(reply["apps"]?.arrayValue ?? []).render(legend: context.legend, noun: "app"), terminator: "")
     }

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+import BGTaskProtocol
 import BGTaskClient
 import Glibc
 import Varlink
@@ -48,8 +49,8 @@ struct Context {
     }
 
     /// Calls a Manager method and returns its reply parameters.
-    func call(_ member: String, _ parameters: [String: JSON] = [:]) throws -> [String: JSON] {
-        try connect().call("io.bgtaskd.Manager.\(member)", parameters)
+    func call(_ method: ManagerMethod, _ parameters: [String: JSON] = [:]) throws -> [String: JSON] {
+        try connect().call(.manager(method), parameters)
     }
 
     /// Prints one JSON document.

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
+import BGTaskProtocol
 import Varlink
 
 /// `bgtaskctl history`
 enum HistoryVerb {
     static func run(_ context: Context, _ arguments: [String]) throws {
         guard arguments.isEmpty else { throw UsageError("history takes no arguments") }
-        let reply = try context.call("GetHistory")
+        let reply = try context.call(.getHistory)
         if context.json { return context.printJSON(.object(reply)) }
         var table = Table("TIME", "PID", "UID", "COMMAND", "ACTION", "REASON", "TASKS")
         for entry in reply["entries"]?.arrayValue ?? [] {

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+import BGTaskProtocol
 import BGTaskClient
 import Glibc
 import Varlink
@@ -8,7 +9,7 @@ enum MonitorVerb {
     static func run(_ context: Context, _ arguments: [String]) throws {
         guard arguments.isEmpty else { throw UsageError("monitor takes no arguments") }
         let connection = try context.connect()
-        try connection.send(VarlinkCall(method: "io.bgtaskd.Manager.Monitor", more: true))
+        try connection.send(VarlinkCall(.monitor, more: true))
         while true {
             let reply = try connection.receive()
             let event = try VarlinkConnection.check(reply)

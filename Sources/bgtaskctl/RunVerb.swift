@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+import BGTaskProtocol
 import BGTaskClient
 import BGTaskSystem
 import Glibc
@@ -27,7 +28,7 @@ enum RunVerb {
 
         // The task first: a command that must not run without it does not start.
         let stream = try context.connect()
-        try stream.send(VarlinkCall(method: "io.bgtaskd.App.BeginTask",
+        try stream.send(VarlinkCall(.beginTask,
                                     parameters: ["name": .string(name), "expirationHandler": true], more: true))
         let first = try VarlinkConnection.check(try stream.receive(timeoutMilliseconds: 10_000))
         let signals = try SignalDescriptor([SIGINT, SIGTERM, SIGHUP])

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+import BGTaskProtocol
 import BGTaskClient
 import Varlink
 
@@ -7,8 +8,8 @@ enum StatusVerb {
     static func run(_ context: Context, _ arguments: [String]) throws {
         guard arguments.isEmpty else { throw UsageError("status takes no arguments") }
         let connection = try context.connect()
-        let status = try connection.call("io.bgtaskd.Manager.GetStatus")
-        let apps = try connection.call("io.bgtaskd.Manager.ListApps")["apps"]?.arrayValue ?? []
+        let status = try connection.call(.manager(.getStatus))
+        let apps = try connection.call(.manager(.listApps))["apps"]?.arrayValue ?? []
         if context.json { return context.printJSON(.object(["status": .object(status), "apps": .array(apps)])) }
         let count = { (key: String) in status[key]?.intValue ?? 0 }
         print("""

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+import BGTaskProtocol
 import Varlink
 
 /// `bgtaskctl wake PID|--unit NAME [--reason TEXT] [--payload JSON]`
@@ -30,7 +31,7 @@ enum WakeVerb {
         var parameters = try appArgument(rest, verb: "wake")
         parameters["reason"] = .string(reason)
         if let payload { parameters["payload"] = payload }
-        let reply = try context.call("Wake", parameters)
+        let reply = try context.call(.wake, parameters)
         if context.json { return context.printJSON(.object(reply)) }
         switch reply["outcome"]?.stringValue {
         case "told"?: print("The app is in the background: told of the wake; its deadline stays.")

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+import BGTaskProtocol
 import BGTaskClient
 import Glibc
 
@@ -62,14 +63,14 @@ do {
 func explain(_ error: ClientError) -> String {
     guard let varlink = error.varlinkError else { return error.message }
     let parameter = { (key: String) in varlink.parameters[key]?.cell ?? "?" }
-    switch varlink.name {
-    case "io.bgtaskd.Manager.NoSuchApp":
+    switch ErrorName(varlink) {
+    case .noSuchApp?:
         if let unit = varlink.parameters["unit"]?.stringValue { return "no unit app or unit named \(unit.cEscaped)" }
         return "no app contains pid \(parameter("pid"))"
-    case "org.varlink.service.PermissionDenied": return "permission denied: the app belongs to another user"
-    case "org.varlink.service.InvalidParameter": return "invalid parameter: \(parameter("parameter"))"
-    case "io.bgtaskd.Manager.InvalidConfiguration": return "configuration not reloaded: \(parameter("message"))"
-    case "io.bgtaskd.App.LimitExceeded": return "limit reached: \(parameter("limit"))"
+    case .permissionDenied?: return "permission denied: the app belongs to another user"
+    case .invalidParameter?: return "invalid parameter: \(parameter("parameter"))"
+    case .invalidConfiguration?: return "configuration not reloaded: \(parameter("message"))"
+    case .limitExceeded?: return "limit reached: \(parameter("limit"))"
     default: return error.message
     }
 }

@@ -9,15 +9,17 @@ import TestSupport
     static let verbs = ["status", "apps", "tasks", "history", "monitor", "background", "foreground", "terminate",
                         "expire", "policy", "wake", "reload", "run", "help"]
 
-    /// Every file under Sources/, libbgtask/, Tests/ and scripts/ starts with an SPDX line
-    /// (after its `#!` line, if it has one); the fuzz corpus is data, not source, and the
-    /// Wayland glue is wayland-scanner's, made at build time (the protocol's own license).
+    /// Every file under Sources/, Tools/, libbgtask/, Tests/ and scripts/ starts with an SPDX
+    /// line (after its `#!` line, if it has one); the fuzz corpus and the client vectors are
+    /// data, not source, and the Wayland glue is wayland-scanner's, made at build time (the
+    /// protocol's own license).
     @Test func everySourceFileNamesItsLicense() throws {
         let repository = SystemdTests.repository
         var offenders: [String] = []
-        for top in ["Sources", "libbgtask", "Tests", "scripts"] {
+        for top in ["Sources", "Tools", "libbgtask", "Tests", "scripts"] {
             let (code, output) = try SystemdTests.run(["/usr/bin/find", repository + "/" + top, "-type", "f",
                                                        "-not", "-path", "*/Tests/Fuzz/corpus/*",
+                                                       "-not", "-path", "*/Tests/ClientVectors/*.json",
                                                        "-not", "-path", "*/Sources/CWayland/generated/*"])
             try #require(code == 0, "\(output)")
             for path in output.split(separator: "\n").map(String.init) {

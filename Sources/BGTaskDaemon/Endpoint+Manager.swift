@@ -1,0 +1,107 @@
+// SPDX-License-Identifier: Apache-2.0
+import BGTaskCore
+import BGTaskProtocol
+import BGTaskSystem
+import Varlink
+
+/// `io.bgtaskd.Manager`: the session manager's and the administrator's calls. Each names its
+/// app through `managedApp` (Endpoint+Access), which checks the caller may manage it.
+extension Daemon {
+    func managerCall(_ method: ManagerMethod, _ call: VarlinkCall, on connection: Connection, at now: Instant,
+                     effects: inout [Effect]) throws -> Answer {
+        switch method {
+        case .setAppState:
+            let parameters = try Parameters(call.parameters, allowed: ["pid", "unit", "state", "reason"])
+            let target = try parameters.target()
+            guard let state = AppState(rawValue: try parameters.string("state")),
+                  state == .foreground || state == .background else { throw VarlinkError.invalidParameter("state") }
+            // Any text (escaped where printed), bounded.
+            let reason = try parameters.optionalString("reason")
+            if let reason, reason.utf8.count > WakeReason.maximumReasonBytes { throw VarlinkError.invalidParameter("reason") }
+            try requireWritableState()
+            let app = try managedApp(target, by: connection, register: true, at: now, effects: &effects)
+            let snapshot = try model.setState(of: app, to: state, by: managerName(of: connection),
+                                              reason: reason, at: now, effects: &effects)
+            return .reply(VarlinkReply(parameters: ["app": Wire.app(snapshot)]))
+        case .listApps:
+            _ = try Parameters(call.parameters, allowed: [])
+            let apps = model.listApps(ownedBy: visibleUID(connection), at: now)
+            return .listing(ListingReply(key: "apps", count: apps.count) { Wire.app(apps[$0]) })
+        case .listTasks:
+            let parameters = try Parameters(call.parameters, allowed: ["pid", "unit"])
+            var app: ProcessIdentity?
+            if let target = try parameters.optionalTarget() {
+                app = try managedApp(target, by: connection, register: false, at: now, effects: &effects)
+            }
+            let tasks = model.listTasks(of: app, ownedBy: visibleUID(connection), at: now)
+            return .listing(ListingReply(key: "tasks", count: tasks.count) { Wire.task(tasks[$0]) })
+        case .getStatus:
+            _ = try Parameters(call.parameters, allowed: [])
+            return .reply(VarlinkReply(parameters: status(for: connection)))
+        case .getHistory:
+            _ = try Parameters(call.parameters, allowed: [])
+            let entries = history.entries(ownedBy: visibleUID(connection))
+            return .listing(ListingReply(key: "entries", count: entries.count) { Wire.historyEntry(entries[$0]) })
+        case .monitor:
+            _ = try Parameters(call.parameters, allowed: [])
+            guard call.more else { throw VarlinkError.expectedMore }
+            connection.stream = .monitor
+            monitors.append(connection.id)
+            return .reply(VarlinkReply(parameters: [Field.event: .string("monitoring")], continues: true))
+        case .terminate:
+            let parameters = try Parameters(call.parameters, allowed: ["pid", "unit"])
+            let target = try parameters.target()
+            try requireWritableState()
+            let app = try managedApp(target, by: connection, register: false, at: now, effects: &effects)
+            try model.terminate(app, at: now, effects: &effects)
+            return .reply(VarlinkReply())
+        case .wake:
+            let parameters = try Parameters(call.parameters, allowed: ["pid", "unit", "reason", "payload"])
+            let target = try parameters.target()
+            let reason = try WakeReason.validate(try parameters.optionalString("reason") ?? "")
+            let payload = try WakeReason.payload(parameters.values["payload"])
+            try requireWritableState()
+            let app = try managedApp(target, by: connection, register: false, at: now, effects: &effects)
+            let outcome = try model.wake(app, reason: reason, payload: payload, at: now, effects: &effects)
+            var reply = ["outcome": JSON.string(outcome.rawValue)]
+            if let snapshot = model.snapshot(of: app, at: now) { reply["app"] = Wire.app(snapshot) }
+            return .reply(VarlinkReply(parameters: reply))
+        case .expire:
+            let parameters = try Parameters(call.parameters, allowed: ["pid", "unit", "to"])
+            let target = try parameters.target()
+            guard let to = ExpireTarget(rawValue: try parameters.string("to")) else {
+                throw VarlinkError.invalidParameter("to")
+            }
+            try requireWritableState()
+            let app = try managedApp(target, by: connection, register: false, at: now, effects: &effects)
+            try model.expireNow(app, to: to, at: now, effects: &effects)
+            return .reply(VarlinkReply())
+        case .getPolicy:
+            let parameters = try Parameters(call.parameters, allowed: ["pid", "unit"])
+            let app = try managedApp(try parameters.target(), by: connection, register: false, at: now, effects: &effects)
+            return .reply(VarlinkReply(parameters: Wire.policy(model.snapshot(of: app, at: now)?.policy.flatMap { name in
+                policies.policies.first { $0.name == name }
+            }, settings: model.settings(of: app))))
+        case .reload:
+            _ = try Parameters(call.parameters, allowed: [])
+            guard isPrivileged(connection) else { throw VarlinkError.permissionDenied }
+            if let error = reload() { throw ErrorName.invalidConfiguration(["message": .string("\(error)")]) }
+            return .reply(VarlinkReply())
+        }
+    }
+
+    /// `GetStatus`: others' counts are not an unprivileged caller's business: it sees its own.
+    private func status(for connection: Connection) -> [String: JSON] {
+        let uid = visibleUID(connection)
+        let counts = uid.map { model.stateCounts(ownedBy: $0) } ?? model.stateCounts
+        return [
+            "version": .string(InterfaceDescription.version),
+            "apps": .int(Int64(uid.map { model.appCount(ownedBy: $0) } ?? model.appCount)),
+            "tasks": .int(Int64(uid.map { model.taskCount(ownedBy: $0) } ?? model.taskCount)),
+            "backgroundApps": .int(Int64(counts[.background, default: 0])),
+            "suspendedApps": .int(Int64(counts[.suspended, default: 0])),
+            "connections": .int(Int64(uid.map { connectionsPerUID[$0, default: 0] } ?? connections.count)),
+            "uptime": Wire.seconds(.nanoseconds(Clock.monotonicNanoseconds() - startedAt)),
+        ]
+    }
+}
