@@ -5,59 +5,6 @@
 /// what the daemon must do to `effects`; `nextDeadline()` says when to call `advance(to:)`.
 /// Nothing here reads a clock or touches the OS.
 public struct BackgroundModel {
-    struct AppRecord {
-        let identity: ProcessIdentity
-        let uid: UInt32
-        let command: String
-        /// The unit cgroup the app is (`containment == .unit`).
-        var unit: String?
-        var containment: Containment
-        /// The policy file that matched it (DESIGN.md §2b); `nil`: `bgtaskd.conf` alone. Boxed:
-        /// most apps have none, and a policy (a whole configuration) is large.
-        var policyBox: Shared<AppPolicy>?
-        var policy: AppPolicy? {
-            get { policyBox?.value }
-            set { policyBox = newValue.map(Shared.init) }
-        }
-        /// What its daily background time is kept by: the app across relaunches.
-        var quotaKey: String?
-        /// Since when it has held a granted task in the background, for an app with a quota.
-        var holdingSince: Instant?
-        var state: AppState = .foreground
-        var phase: BackgroundPhase?
-        /// When background time runs out; set while background.
-        var deadline: Instant?
-        /// When an unfinished transition is terminated; set while in `transition`.
-        var transitionDeadline: Instant?
-        /// Whether the expiration warning went out for this background period.
-        var warned = false
-        /// Bumped on every change between foreground and background; timers armed in an
-        /// earlier period are stale.
-        var epoch: UInt64 = 0
-        var subscribers = 0
-        /// Who last moved it between foreground and background (`SetAppState`'s caller).
-        var manager: String?
-        /// Active tasks, oldest first.
-        var taskIDs: [TaskID] = []
-    }
-
-    struct TaskRecord {
-        let id: TaskID
-        let app: ProcessIdentity
-        /// The app's uid: events about the task go to it (and to managers) only, even once
-        /// the app is gone.
-        let uid: UInt32
-        let owner: ProcessIdentity
-        let connection: ConnectionID?
-        let name: String
-        let expirationHandler: Bool
-        let created: Instant
-        var state: TaskState = .pending
-        var grantAt: Instant
-        /// Its age warning went out (so it is no longer in `ageQueue`).
-        var ageWarned = false
-    }
-
     /// The configuration in force; `reload` replaces it.
     public private(set) var configuration: Configuration
     /// Whether to emit debug log records (every task granted and ended). Off, they are not
@@ -70,9 +17,9 @@ public struct BackgroundModel {
     /// Whether `process` is a registered app's own process.
     public func isApp(_ process: ProcessIdentity) -> Bool { apps[process] != nil }
 
-    /// The uid that owns `process`: its app's, or, for a process waiting for its `SIGKILL`,
+    /// The uid `process` runs for: its app's, or, for a process waiting for its `SIGKILL`,
     /// the uid of the app it was. `nil` if the model does not know the process.
-    public func owner(of process: ProcessIdentity) -> UInt32? {
+    public func uid(of process: ProcessIdentity) -> UInt32? {
         if let app = apps[process] { return app.uid }
         if let termination = terminating[process] { return termination.uid }
         return tasksByOwner[process]?.first.flatMap { tasks[$0]?.uid }

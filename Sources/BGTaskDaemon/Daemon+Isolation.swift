@@ -15,7 +15,7 @@ extension Daemon {
     func isolateIfAllowed(_ app: ProcessIdentity) {
         let mode = model.settings(of: app).isolateApps
         guard mode != .no, let containment = model.containment(of: app),
-              containment == .tree || containment == .tracked, let uid = model.owner(of: app),
+              containment == .tree || containment == .tracked, let uid = model.uid(of: app),
               let cgroup = Cgroup.of(pid: app.pid),
               let isolation = Isolation.of(cgroupPath: cgroup.path, uid: uid, mode: mode,
                                            daemonUID: Host.effectiveUID),

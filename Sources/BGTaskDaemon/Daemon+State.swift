@@ -32,7 +32,7 @@ extension Daemon {
         for case let .watch(process) in effects {
             guard let pidfd = try? Pidfd.open(pid: process.pid), pidfd.startTime == process.startTime,
                   pidfd.inode == process.inode else { continue }
-            guard let saved = model.owner(of: process),
+            guard let saved = model.uid(of: process),
                   (try? ProcStatus.uids(pid: process.pid))?.effective == saved else {
                 log(.warning, "pid \(process.pid) in \(stateFile.path) is not the process saved there (its uid changed); leaving it alone")
                 continue

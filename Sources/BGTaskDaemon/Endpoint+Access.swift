@@ -34,7 +34,7 @@ extension Daemon {
         case let .unit(name):
             let path = try unitPath(named: name, for: connection)
             let app = model.app(unit: path)
-            if let app, let uid = model.owner(of: app), mayManage(connection, appUID: uid) { return app }
+            if let app, let uid = model.uid(of: app), mayManage(connection, appUID: uid) { return app }
             // Whose the unit is comes first: another user's is refused alike, app or not.
             if app != nil || !(isPrivileged(connection) || ownsUnit(path, uid: connection.credentials.uid)) {
                 throw VarlinkError.permissionDenied

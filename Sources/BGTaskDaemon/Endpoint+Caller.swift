@@ -22,7 +22,7 @@ extension Daemon {
     /// a worker that double-forked and calls at once is its app's, not an app of its own.
     func appContaining(_ process: ProcessDescription) -> ProcessIdentity? {
         if let app = model.app(containing: process) { return app }
-        guard let tracker, let app = tracker.app(of: process.identity), model.owner(of: app) == process.uid,
+        guard let tracker, let app = tracker.app(of: process.identity), model.uid(of: app) == process.uid,
               model.isApp(app) else { return nil }
         return app
     }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-import BGTaskProtocol
 import BGTaskClient
+import BGTaskProtocol
 import Varlink
 
 /// `bgtaskctl status`: the daemon summary, then the apps table.

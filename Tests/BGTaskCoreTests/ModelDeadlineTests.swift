@@ -1,0 +1,56 @@
+// SPDX-License-Identifier: Apache-2.0
+@testable import BGTaskCore
+import Testing
+
+/// The model's timers: never late, and none left behind by churn.
+@Suite struct ModelDeadlineTests {
+    @Test func nextDeadlineIsNeverLate() throws {
+        var h = ModelHarness { $0.grantLatencyMin = .milliseconds(1); $0.grantLatencyMax = .milliseconds(80) }
+        let apps = try (0..<5).map { try h.app(pid: 100 + Int32($0), subscribed: $0 % 2 == 0) }
+        var t = 0.0
+        for step in 0..<400 {
+            let app = apps[step % apps.count]
+            switch step % 7 {
+            case 0: try? h.background(app)
+            case 1: _ = try? h.begin(app)
+            case 2: h.finishTransition(app)
+            case 3: if step % 3 == 0 { try? h.foreground(app) }
+            default: break
+            }
+            t += 0.7
+            h.at(t)
+            // Everything due by now has fired: what is left is strictly in the future.
+            if let next = h.model.nextDeadline() { #expect(next > h.now) }
+            // The O(1) state counts agree with the apps themselves.
+            let listed = h.model.listApps(at: h.now)
+            for state in AppState.allCases {
+                #expect(h.model.stateCounts[state, default: 0] == listed.filter { $0.state == state }.count)
+            }
+            // No background app outlives its deadline unnoticed.
+            for snapshot in h.model.listApps(at: h.now) where snapshot.state == .background {
+                #expect(snapshot.backgroundTimeRemaining! > .zero)
+            }
+        }
+    }
+
+    @Test func ageWarningsFireForLiveTasksOnlyAndChurnLeavesNoTimers() throws {
+        var h = ModelHarness { $0.taskAgeWarning = .seconds(30) }
+        let app = try h.app()
+        let kept = try h.begin(app, "kept")
+        h.at(1)
+        for _ in 0..<10_000 {  // begin/end churn: nothing may pile up for 30 s
+            let id = try h.begin(app, "churn")
+            try h.end(id, in: app)
+        }
+        #expect(h.model.ageQueue.count - h.model.ageQueueHead <= 130)  // bounded, not 10,001
+        h.at(2)  // the churn's grant timers are stale now and drain
+        #expect(h.model.timers.count == 0)
+        _ = h.take()
+        h.at(29.999)
+        #expect(h.take().isEmpty)
+        h.at(40)
+        let warnings = h.take().compactMap { if case let .log(entry) = $0, entry.kind == .taskAgeWarning { entry.taskID } else { nil } }
+        #expect(warnings == [kept])
+        #expect(h.model.nextDeadline() == nil)
+    }
+}
