@@ -72,6 +72,7 @@ let package = Package(
         .testTarget(name: "BGTaskSessionTests", dependencies: ["BGTaskSession", "BGTaskCore", "Varlink"]),
         .testTarget(name: "BGTaskClientTests", dependencies: ["BGTaskClient", "BGTaskProtocol", "Varlink"]),
         .testTarget(name: "BGTaskSystemTests", dependencies: ["BGTaskSystem", "TestSupport"]),
+        .testTarget(name: "BGTaskDaemonTests", dependencies: ["BGTaskDaemon", "BGTaskCore", "BGTaskSystem", "TestSupport"]),
         .testTarget(
             name: "EndToEndTests",
             dependencies: ["BGTaskCore", "BGTaskSystem", "BGTaskClient", "Varlink", "TestSupport"]

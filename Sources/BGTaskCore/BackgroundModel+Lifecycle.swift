@@ -282,7 +282,7 @@ extension BackgroundModel {
             case let .transitionTimeout(app, epoch):
                 guard let record = apps[app], record.epoch == epoch, record.phase == .transition else { continue }
                 result.append(app)
-            case .grant, .warning, .kill:
+            case .grant, .warning, .kill, .wait:
                 continue
             }
         }
@@ -321,6 +321,8 @@ extension BackgroundModel {
                 apps.touch(process)
                 effects.append(.kill(process, uid: termination.uid))
                 settleWatch(process, before: true, effects: &effects)
+            case let .wait(wait, serial):
+                waitFired(wait, serial: serial, effects: &effects)
             }
         }
     }

@@ -48,6 +48,9 @@ public struct BackgroundModel {
     /// `SIGKILL`). Changes are noted in `apps`, whose entry for the process is gone.
     var terminating: [ProcessIdentity: Termination] = [:]
     var timers = TimerQueue()
+    /// The daemon's waits armed, each by the serial of its current timer entry.
+    var waits: [Wait: UInt64] = [:]
+    var waitSerial: UInt64 = 0
     /// Tasks in creation order, for the age warning. Its delay is one constant, so the
     /// deadlines come in this order: a queue, not heap entries that would outlive their
     /// tasks by TaskAgeWarningSec. Ended tasks at the front are dropped at once.

@@ -122,4 +122,6 @@ public enum Effect: Equatable, Sendable {
     case watch(ProcessIdentity)
     case unwatch(ProcessIdentity)
     case log(LogEntry)
+    /// A wait the daemon armed (`schedule(_:at:)`) fell due.
+    case due(Wait)
 }

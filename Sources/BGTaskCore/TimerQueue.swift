@@ -8,6 +8,8 @@ struct TimerQueue {
         case warning(ProcessIdentity, epoch: UInt64)
         case deadline(ProcessIdentity, epoch: UInt64)
         case kill(ProcessIdentity)
+        /// A wait of the daemon's (`Wait`), current while its serial is the one armed.
+        case wait(Wait, serial: UInt64)
     }
 
     struct Entry {

@@ -59,6 +59,8 @@ extension Daemon {
                 tracker?.stop(process)
             case let .log(entry):
                 log(entry)
+            case let .due(wait):
+                carryOut(wait)
             }
         }
         while !exitedProcesses.isEmpty {
@@ -101,11 +103,22 @@ extension Daemon {
     func processExited(_ process: ProcessIdentity) {
         watches[process] = nil
         tracker?.stop(process)
-        enforcer.forget(process)
+        enforcer.forget(process, at: loop.now)
         deferredSuspensions.remove(process)
         var effects: [Effect] = []
         model.processExited(process, at: now, effects: &effects)
         carryOut(effects)
+    }
+
+    /// A wait the model timed for the daemon fell due.
+    func carryOut(_ wait: Wait) {
+        switch wait {
+        case let .freeze(app): enforcer.freezeWaitEnded(app, at: loop.now)
+        case .stopCheck: enforcer.checkStops(at: loop.now)
+        case let .isolation(app): checkScope(app)
+        case .stateRetry: writeState()
+        case .status: sendStatus()
+        }
     }
 
     /// Suspends, resumes or terminates the whole app (rule 10).
@@ -115,11 +128,12 @@ extension Daemon {
         switch record.action {
         case .suspended:
             enforcer.suspend(record.app, uid: record.uid, command: record.command,
-                             mode: model.settings(of: record.app).suspendMode)
+                             mode: model.settings(of: record.app).suspendMode, at: loop.now)
         case .resumed, .woken:
-            enforcer.resume(record.app, uid: record.uid)
+            enforcer.resume(record.app, uid: record.uid, at: loop.now)
         case .terminated:
-            enforcer.terminate(record.app, uid: record.uid, command: record.command, signal: signal?.number ?? Signal.kill)
+            enforcer.terminate(record.app, uid: record.uid, command: record.command, signal: signal?.number ?? Signal.kill,
+                               at: loop.now)
         }
     }
 }

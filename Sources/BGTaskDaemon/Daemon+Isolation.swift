@@ -38,25 +38,23 @@ extension Daemon {
                 log(.warning, "App \(app) not moved into a scope of its own (\(name)): \(error)")
                 return
             }
-            checkScope(app, name: name, checksLeft: Self.scopeChecks)
+            scopeChecks[app] = (name, Self.scopeChecks)
+            pass { _ in checkScope(app) }
         }
     }
 
-    /// Once the app's process is in the new scope, the app is that scope's.
-    private func checkScope(_ app: ProcessIdentity, name: String, checksLeft: Int) {
-        guard watches[app] != nil else { return }  // gone meanwhile
+    /// Once the app's process is in the new scope, the app is that scope's; until then it is
+    /// looked at again (`Wait.isolation`, timed by the model), a bounded number of times.
+    /// Within a pass.
+    func checkScope(_ app: ProcessIdentity) {
+        guard let (name, left) = scopeChecks.removeValue(forKey: app), watches[app] != nil else { return }
         if let cgroup = Cgroup.of(pid: app.pid), AppUnit.name(ofPath: cgroup.path) == name {
-            pass { _ in
-                var effects: [Effect] = []
-                if model.isolate(app, inScope: cgroup.path, effects: &effects) { tracker?.stop(app) }
-                carryOut(effects)
-            }
-        } else if checksLeft > 0 {
-            scopeTimers[app] = try? loop.addTimer { [unowned self] in
-                scopeTimers[app] = nil
-                checkScope(app, name: name, checksLeft: checksLeft - 1)
-            }
-            scopeTimers[app]?.arm(at: loop.now + Self.scopeCheckInterval)
+            var effects: [Effect] = []
+            if model.isolate(app, inScope: cgroup.path, effects: &effects) { tracker?.stop(app) }
+            carryOut(effects)
+        } else if left > 0 {
+            scopeChecks[app] = (name, left - 1)
+            model.schedule(.isolation(app), at: Instant(nanoseconds: loop.now + Self.scopeCheckInterval))
         } else {
             log(.warning, "App \(app): systemd took the job but did not move it into \(name)")
         }

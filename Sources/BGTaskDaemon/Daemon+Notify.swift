@@ -7,7 +7,7 @@ extension Daemon {
     /// Sends `STATUS=` if it changed since the last one.
     func sendStatus() {
         statusPending = false
-        lastStatusSent = Clock.monotonicNanoseconds()
+        lastStatusSent = loop.now
         let status = statusLine()
         if status != lastStatus {
             lastStatus = status

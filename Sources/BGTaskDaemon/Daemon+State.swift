@@ -47,9 +47,10 @@ extension Daemon {
         for app in model.listApps(at: now) {
             enforcer.adopt(app.identity, unitPath: app.unit)
             if app.state == .suspended {
-                enforcer.suspend(app.identity, uid: app.uid, command: app.command, mode: model.settings(of: app.identity).suspendMode)
+                enforcer.suspend(app.identity, uid: app.uid, command: app.command, mode: model.settings(of: app.identity).suspendMode,
+                                 at: loop.now)
             } else if enforcer.isStopped(app.identity, uid: app.uid) {
-                enforcer.resume(app.identity, uid: app.uid)
+                enforcer.resume(app.identity, uid: app.uid, at: loop.now)
             }
         }
         if loaded.found {
@@ -102,19 +103,20 @@ extension Daemon {
         }
         stateWritable = false
         stateRetryDelay = min(max(2 * stateRetryDelay, 100_000_000), 5_000_000_000)
-        stateRetryTimer.arm(at: loop.now + stateRetryDelay)
+        model.schedule(.stateRetry, at: Instant(nanoseconds: loop.now + stateRetryDelay))
     }
 
     private func stateWriteRecovered() {
         stateWritable = true
         stateRetryDelay = 0
-        stateRetryTimer.arm(at: nil)
+        model.cancel(.stateRetry)
         log(.notice, "\(stateFile.path) can be written again")
         // The suspensions held back, of apps still suspended.
         for app in deferredSuspensions.sorted(by: { $0.pid < $1.pid }) {
             guard let snapshot = model.snapshot(of: app, at: now), snapshot.state == .suspended else { continue }
             enforcer.adopt(app, unitPath: snapshot.unit)
-            enforcer.suspend(app, uid: snapshot.uid, command: snapshot.command, mode: model.settings(of: app).suspendMode)
+            enforcer.suspend(app, uid: snapshot.uid, command: snapshot.command, mode: model.settings(of: app).suspendMode,
+                             at: loop.now)
         }
         deferredSuspensions.removeAll()
     }

@@ -30,7 +30,8 @@ public final class Daemon {
     var retiredManagers: [ServiceManager] = []
     var unreachableManagers: [String: Int64] = [:]
     /// Waits for an app's processes to land in the scope asked for.
-    var scopeTimers: [ProcessIdentity: EventSource] = [:]
+    /// Apps being moved into a scope of their own: its name, and how many more looks.
+    var scopeChecks: [ProcessIdentity: (name: String, left: Int)] = [:]
     var history = History(capacity: 1024)
     /// Each uid's log records in the current window (`Daemon+Journal`).
     var logBudgets: [UInt32: (windowStart: Int64, logged: Int, suppressed: Int)] = [:]
@@ -47,7 +48,6 @@ public final class Daemon {
     /// Whether the last write of the state file succeeded. While it does not, calls that
     /// change anything are refused and suspensions wait (`Daemon+State`).
     var stateWritable = true
-    var stateRetryTimer: EventSource!
     var stateRetryDelay: Int64 = 0
     /// Suspensions not carried out because they could not be recorded.
     var deferredSuspensions: Set<ProcessIdentity> = []
@@ -85,7 +85,6 @@ public final class Daemon {
     var monitors: [ConnectionID] = []
     /// When the timer is armed to fire (`nil`: off).
     var timerArmedAt: Int64?
-    var statusTimer: EventSource!
     var statusPending = false
     var lastStatusSent: Int64 = 0
     static let statusInterval: Int64 = 250_000_000
@@ -117,11 +116,12 @@ public final class Daemon {
             self.timerArmedAt = nil
             self.pass { _ in }
         }
-        statusTimer = try loop.addTimer { [unowned self] in self.sendStatus() }
-        stateRetryTimer = try loop.addTimer { [unowned self] in self.pass { _ in self.writeState() } }
         enforcer = try Enforcer(loop: loop, root: { [unowned self] app in self.watches[app]?.pidfd },
                                 tracked: { [unowned self] app in self.tracker?.members(of: app) ?? [] }) { priority, message in
             Journal.log(priority: priority.rawValue, message: message.cEscaped)
+        }
+        enforcer.schedule = { [unowned self] wait, instant in
+            if let instant { model.schedule(wait, at: Instant(nanoseconds: instant)) } else { model.cancel(wait) }
         }
         do {
             var losses = 0
@@ -195,8 +195,15 @@ public final class Daemon {
         } while resumable.reduce(false, { processInput($1) || $0 })
     }
 
-    /// The end of a pass: settle what is due now, arm the timer, keep `STATUS=` current.
+    /// The end of a pass: keep `STATUS=` current, settle what is due now, arm the one timer
+    /// at the model's next deadline (the daemon's waits are among them: `Wait`).
     func endPass(at now: Instant) {
+        if notifying, !statusPending {
+            statusPending = true
+            // At most one STATUS= per interval: counts change with every call, and a datagram
+            // per call would cost more than the call.
+            model.schedule(.status, at: Instant(nanoseconds: max(now.nanoseconds, lastStatusSent + Self.statusInterval)))
+        }
         var next = model.nextDeadline()
         if let due = next, due <= now {
             while !advanceModel(to: now, limit: Self.timersPerSlice) { _ = commit() }
@@ -208,12 +215,6 @@ public final class Daemon {
         if let next = next?.nanoseconds, next < (timerArmedAt ?? .max) {
             timer.arm(at: next)
             timerArmedAt = next
-        }
-        if notifying, !statusPending {
-            statusPending = true
-            // At most one STATUS= per interval: counts change with every call, and a datagram
-            // per call would cost more than the call.
-            statusTimer.arm(at: max(Clock.monotonicNanoseconds(), lastStatusSent + Self.statusInterval))
         }
     }
 
@@ -236,7 +237,7 @@ public final class Daemon {
 
     /// A daemon that stops must not leave processes stopped with nobody in charge.
     func shutdown() {
-        for app in enforcer.resumeAll() {
+        for app in enforcer.resumeAll(at: loop.now) {
             log(.notice, "App \(app) resumed: bgtaskd is stopping")
         }
         for connection in connections.values { connection.close() }

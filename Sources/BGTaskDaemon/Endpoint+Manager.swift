@@ -101,7 +101,7 @@ extension Daemon {
             "backgroundApps": .int(Int64(counts[.background, default: 0])),
             "suspendedApps": .int(Int64(counts[.suspended, default: 0])),
             "connections": .int(Int64(uid.map { connectionsPerUID[$0, default: 0] } ?? connections.count)),
-            "uptime": Wire.seconds(.nanoseconds(Clock.monotonicNanoseconds() - startedAt)),
+            "uptime": Wire.seconds(.nanoseconds(loop.now - startedAt)),
         ]
     }
 }

@@ -4,8 +4,10 @@ import BGTaskSystem
 
 /// Suspends, resumes and terminates whole apps — a unit app's whole cgroup; a process app's
 /// process and every descendant — through the cgroup v2 freezer when the app has a cgroup of
-/// its own, else with signals sent through pidfds. Nothing here waits: freezer confirmation, stray-`SIGCONT` checks and
-/// fallbacks are driven by one timer on the loop.
+/// its own, else with signals sent through pidfds. Nothing here waits or reads a clock: what
+/// must happen later (a freeze not confirmed in time, the next stray-`SIGCONT` check) is a
+/// `Wait` the model times (`schedule`), carried out here when it falls due (`freezeWaitEnded`,
+/// `checkStops`), at the instant the daemon passes in.
 ///
 /// The daemon holds `CAP_KILL`, and no user may borrow it: an app of an unprivileged uid
 /// is only the processes that uid could signal itself (`kill(2)`'s rule), and its cgroup is
@@ -20,7 +22,6 @@ final class Enforcer {
         var cgroup: Cgroup
         var command: String
         var uid: UInt32
-        var deadline: Int64
     }
 
     /// A frozen app's `cgroup.events`, watched (`EPOLLPRI`, no periodic wake-up) for as long
@@ -48,6 +49,8 @@ final class Enforcer {
 
     let loop: EventLoop
     let log: (LogEntry.Priority, String) -> Void
+    /// Arms (an instant) or disarms (`nil`) one of the enforcement's waits: the model's timers.
+    var schedule: (Wait, Int64?) -> Void = { _, _ in }
     /// The pidfd the daemon has held for the app's own process since it registered:
     /// every tree walk starts from it, never from a bare pid.
     let root: (ProcessIdentity) -> Pidfd?
@@ -65,8 +68,8 @@ final class Enforcer {
     var terminating: [ProcessIdentity: (pidfds: [Pidfd], cgroup: Cgroup?)] = [:]
     /// Processes left out of the action in progress because the owner could not signal them.
     var excluded: Set<Int32> = []
-    var timer: EventSource!
-    var nextStopCheck: Int64?
+    /// Whether the next stray-`SIGCONT` check is armed.
+    private var stopCheckArmed = false
     /// The apps suspended with signals (kept with `suspended`, so arming costs no scan).
     private var signalSuspended: Set<ProcessIdentity> = []
     /// Signal-suspended apps still to be checked in this sweep.
@@ -78,7 +81,6 @@ final class Enforcer {
         self.root = root
         self.tracked = tracked
         self.log = log
-        timer = try loop.addTimer { [unowned self] in self.check() }
     }
 
     // MARK: Actions
@@ -92,20 +94,20 @@ final class Enforcer {
     /// The cgroup a unit app is; `nil` for a process app.
     func unit(_ app: ProcessIdentity) -> Cgroup? { units[app] }
 
-    func suspend(_ app: ProcessIdentity, uid: UInt32, command: String, mode: SuspendMode) {
+    func suspend(_ app: ProcessIdentity, uid: UInt32, command: String, mode: SuspendMode, at now: Int64) {
         defer { reportExcluded(app, command: command, action: "suspended") }
         // A unit app that may be frozen is frozen whole: no walk of its processes, however
         // many (a user's 5,000-process unit cost 1.1 s of loop time per suspension).
         if mode != .signal, unit(app) != nil, root(app)?.hasExited == false,
            case let .success(cgroup) = ownCgroup(of: app, uid: uid, tree: []) {
-            return freeze(app, uid: uid, command: command, cgroup: cgroup)
+            return freeze(app, uid: uid, command: command, cgroup: cgroup, at: now)
         }
         let tree = members(of: app, uid: uid)
         guard !tree.isEmpty else { return }  // gone: its pidfd reports the exit
         if mode != .signal {
             switch ownCgroup(of: app, uid: uid, tree: tree) {
             case let .success(cgroup):
-                return freeze(app, uid: uid, command: command, cgroup: cgroup)
+                return freeze(app, uid: uid, command: command, cgroup: cgroup, at: now)
             case let .failure(reason):
                 if mode == .freezer {
                     log(.notice, "App \(app) (\(command)) cannot be frozen: \(reason.text); suspending with SIGSTOP")
@@ -113,14 +115,13 @@ final class Enforcer {
             }
         }
         stopTree(app, uid: uid, first: tree)
-        note(app, (.signals, command, uid))
-        armTimer()
+        note(app, (.signals, command, uid), at: now)
     }
 
-    func resume(_ app: ProcessIdentity, uid: UInt32) {
+    func resume(_ app: ProcessIdentity, uid: UInt32, at now: Int64) {
         let record = suspended[app]
-        note(app, nil)
-        if let pending = pendingFreezes.removeValue(forKey: app) {
+        note(app, nil, at: now)
+        if let pending = takePendingFreeze(of: app) {
             try? pending.cgroup.setFrozen(false)
         }
         if case let .freezer(cgroup)? = record?.method {
@@ -129,23 +130,19 @@ final class Enforcer {
         // Always continue the tree too: harmless if frozen, needed after a signal fallback.
         signalTree(app, uid: uid, Signal.continue)
         excluded = []
-        armTimer()
     }
 
     /// Thaws, then sends `signal` to every process of the app. For a catchable signal the
     /// processes are remembered (by pidfd) so `kill` can finish the job.
-    func terminate(_ app: ProcessIdentity, uid: UInt32, command: String, signal: Int32) {
+    func terminate(_ app: ProcessIdentity, uid: UInt32, command: String, signal: Int32, at now: Int64) {
         defer { reportExcluded(app, command: command, action: "terminated") }
         let cgroup = suspended[app].flatMap { if case let .freezer(c) = $0.method { c } else { nil } }
             ?? (try? ownCgroup(of: app, uid: uid, tree: members(of: app, uid: uid)).get())
-        note(app, nil)
-        pendingFreezes[app] = nil
+        note(app, nil, at: now)
+        _ = takePendingFreeze(of: app)
         if let cgroup {
             try? cgroup.setFrozen(false)
-            if signal == Signal.kill, (try? cgroup.kill()) != nil {
-                armTimer()
-                return
-            }
+            if signal == Signal.kill, (try? cgroup.kill()) != nil { return }
         }
         // Stop the whole tree first so nothing forks its way out, then thaw and signal.
         let pidfds = stopTree(app, uid: uid) + (cgroup.map(pidfds(in:)) ?? [])
@@ -154,7 +151,6 @@ final class Enforcer {
             try? pidfd.send(signal: signal)
         }
         if signal != Signal.kill { terminating[app] = (pidfds, cgroup) }
-        armTimer()
     }
 
     /// The grace after a catchable terminate signal ran out: `SIGKILL` whatever is left.
@@ -173,13 +169,11 @@ final class Enforcer {
 
     /// The app's own process is gone: nothing is left to resume, except what a frozen
     /// cgroup would keep frozen with nobody left to thaw it (the rest of a unit).
-    func forget(_ app: ProcessIdentity) {
+    func forget(_ app: ProcessIdentity, at now: Int64) {
         if case let .freezer(cgroup)? = suspended[app]?.method { try? cgroup.setFrozen(false) }
-        if let pending = pendingFreezes[app] { try? pending.cgroup.setFrozen(false) }
+        if let pending = takePendingFreeze(of: app) { try? pending.cgroup.setFrozen(false) }
         units[app] = nil
-        note(app, nil)
-        pendingFreezes[app] = nil
-        armTimer()
+        note(app, nil, at: now)
     }
 
     /// Whether the app looks suspended: its own process stopped, or its own cgroup frozen.
@@ -194,9 +188,9 @@ final class Enforcer {
     }
 
     /// Resumes every app this daemon suspended (it is stopping).
-    func resumeAll() -> [ProcessIdentity] {
+    func resumeAll(at now: Int64) -> [ProcessIdentity] {
         let apps = suspended.map { ($0.key, $0.value.uid) } + pendingFreezes.filter { suspended[$0.key] == nil }.map { ($0.key, $0.value.uid) }
-        for (app, uid) in apps { resume(app, uid: uid) }
+        for (app, uid) in apps { resume(app, uid: uid, at: now) }
         return apps.map(\.0)
     }
 
@@ -237,10 +231,10 @@ final class Enforcer {
         return .success(cgroup)
     }
 
-    func freeze(_ app: ProcessIdentity, uid: UInt32, command: String, cgroup: Cgroup) {
+    func freeze(_ app: ProcessIdentity, uid: UInt32, command: String, cgroup: Cgroup, at now: Int64) {
         do {
             try cgroup.setFrozen(true)
-            note(app, (.freezer(cgroup), command, uid))
+            note(app, (.freezer(cgroup), command, uid), at: now)
             let events = try cgroup.openEvents()
             let source = try loop.addIO(events.rawValue, events: IOEvents.priority) { [unowned self] _ in
                 self.freezerChanged(app)
@@ -248,16 +242,31 @@ final class Enforcer {
             freezerWatches[app] = FreezerWatch(events: events, source: source)
             if try cgroup.isFrozen() { return }
             // The kernel freezes asynchronously: confirmed by cgroup.events, or the bound passes.
-            pendingFreezes[app] = PendingFreeze(cgroup: cgroup, command: command, uid: uid,
-                                                deadline: loop.now + Self.freezeBound)
-            armTimer()
+            pendingFreezes[app] = PendingFreeze(cgroup: cgroup, command: command, uid: uid)
+            schedule(.freeze(app), now + Self.freezeBound)
         } catch {
             log(.notice, "App \(app) (\(command)) cannot be frozen: \(error); suspending with SIGSTOP")
             try? cgroup.setFrozen(false)
             stopTree(app, uid: uid)
-            note(app, (.signals, command, uid))
-            armTimer()
+            note(app, (.signals, command, uid), at: now)
         }
+    }
+
+    /// The pending freeze of `app`, removed, and its wait disarmed.
+    private func takePendingFreeze(of app: ProcessIdentity) -> PendingFreeze? {
+        guard let pending = pendingFreezes.removeValue(forKey: app) else { return nil }
+        schedule(.freeze(app), nil)
+        return pending
+    }
+
+    /// The kernel had `freezeBound` to report `frozen 1`: if it has not, signals instead.
+    func freezeWaitEnded(_ app: ProcessIdentity, at now: Int64) {
+        guard let pending = pendingFreezes.removeValue(forKey: app) else { return }
+        if (try? pending.cgroup.isFrozen()) == true { return }
+        log(.notice, "App \(app) (\(pending.command)): \(pending.cgroup.directory) not frozen within \(Self.freezeBound / 1_000_000)ms; suspending with SIGSTOP")
+        try? pending.cgroup.setFrozen(false)
+        stopTree(app, uid: pending.uid)
+        note(app, (.signals, pending.command, pending.uid), at: now)
     }
 
     /// A frozen (or freezing) app's `cgroup.events` changed.
@@ -267,10 +276,7 @@ final class Enforcer {
         _ = try? watch.events.readFromStart(upTo: 4096)
         let frozen = (try? cgroup.isFrozen()) == true
         if pendingFreezes[app] != nil {
-            if frozen {
-                pendingFreezes[app] = nil
-                armTimer()
-            }
+            if frozen { _ = takePendingFreeze(of: app) }
             return
         }
         guard !frozen, (try? cgroup.freezeRequested()) != true else { return }
@@ -343,56 +349,44 @@ final class Enforcer {
     }
 
     /// Notes how `app` is suspended (`nil`: it is not).
-    private func note(_ app: ProcessIdentity, _ record: (method: Method, command: String, uid: UInt32)?) {
+    private func note(_ app: ProcessIdentity, _ record: (method: Method, command: String, uid: UInt32)?, at now: Int64) {
         suspended[app] = record
         if case .freezer? = record?.method {} else { freezerWatches[app] = nil }
         if record?.method == .signals { signalSuspended.insert(app) } else { signalSuspended.remove(app) }
+        armStopCheck(at: now)
     }
 
-    // MARK: Timer
+    // MARK: Stray SIGCONT
 
-    /// Fallbacks for freezes not confirmed in time, and re-stopping of signal-suspended apps
-    /// that someone else continued.
-    func check() {
-        let now = loop.now
-        for (app, pending) in pendingFreezes where now >= pending.deadline {
-            pendingFreezes[app] = nil
-            if (try? pending.cgroup.isFrozen()) == true { continue }
-            log(.notice, "App \(app) (\(pending.command)): \(pending.cgroup.directory) not frozen within \(Self.freezeBound / 1_000_000)ms; suspending with SIGSTOP")
-            try? pending.cgroup.setFrozen(false)
-            stopTree(app, uid: pending.uid)
-            note(app, (.signals, pending.command, pending.uid))
+    /// Looks at a few signal-suspended apps (a sweep over all of them takes
+    /// `stopCheckInterval`): one found running was continued by someone else, and is stopped
+    /// again.
+    func checkStops(at now: Int64) {
+        stopCheckArmed = false
+        if sweep.isEmpty { sweep = Array(signalSuspended) }
+        for _ in 0..<Self.appsPerStopCheck {
+            guard let app = sweep.popLast() else { break }
+            guard let record = suspended[app], record.method == .signals else { continue }
+            let running = members(of: app, uid: record.uid).compactMap { try? ProcStat.read(pid: $0.pid) }
+                .filter { !["T", "t", "Z", "X"].contains($0.state) }
+            guard let first = running.first else { continue }
+            log(.warning, "App \(app) (\(record.command)) was resumed while suspended (pid \(first.pid) is '\(first.state)', a stray SIGCONT?); stopping it again")
+            stopTree(app, uid: record.uid)
         }
-        if let due = nextStopCheck, now >= due {
-            if sweep.isEmpty { sweep = Array(signalSuspended) }
-            for _ in 0..<Self.appsPerStopCheck {
-                guard let app = sweep.popLast() else { break }
-                guard let record = suspended[app], record.method == .signals else { continue }
-                let running = members(of: app, uid: record.uid).compactMap { try? ProcStat.read(pid: $0.pid) }
-                    .filter { !["T", "t", "Z", "X"].contains($0.state) }
-                guard let first = running.first else { continue }
-                log(.warning, "App \(app) (\(record.command)) was resumed while suspended (pid \(first.pid) is '\(first.state)', a stray SIGCONT?); stopping it again")
-                stopTree(app, uid: record.uid)
-            }
-            excluded = []
-            nextStopCheck = nil
-        }
-        armTimer()
+        excluded = []
+        armStopCheck(at: now)
     }
 
-    /// Arms the timer for the earliest pending freeze deadline or the next stop check; off
-    /// when there is nothing to watch, so an idle daemon does not wake.
-    func armTimer() {
-        let now = loop.now
-        if !signalSuspended.isEmpty {
+    /// The next check armed while an app is suspended with signals, disarmed when none is: an
+    /// idle daemon does not wake.
+    private func armStopCheck(at now: Int64) {
+        if signalSuspended.isEmpty {
+            if stopCheckArmed { schedule(.stopCheck, nil) }
+            stopCheckArmed = false
+        } else if !stopCheckArmed {
             let checks = Int64((signalSuspended.count + Self.appsPerStopCheck - 1) / Self.appsPerStopCheck)
-            if nextStopCheck == nil {
-                nextStopCheck = now + max(Self.minimumStopCheckSpacing, Self.stopCheckInterval / checks)
-            }
-        } else {
-            nextStopCheck = nil
+            schedule(.stopCheck, now + max(Self.minimumStopCheckSpacing, Self.stopCheckInterval / checks))
+            stopCheckArmed = true
         }
-        let deadlines = pendingFreezes.values.map(\.deadline) + (nextStopCheck.map { [$0] } ?? [])
-        timer.arm(at: deadlines.min())
     }
 }

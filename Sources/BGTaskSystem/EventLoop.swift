@@ -85,6 +85,13 @@ public final class EventLoop {
         try systemdCall("sd_event_loop") { sd_event_loop(event) }
     }
 
+    /// Runs one iteration, waiting at most `timeoutMilliseconds` for an event (a test's loop
+    /// without `run()`). `sd_event_run(3)`
+    @discardableResult
+    public func runOnce(timeoutMilliseconds: Int) throws(Errno) -> Int32 {
+        try systemdCall("sd_event_run") { sd_event_run(event, UInt64(timeoutMilliseconds) * 1000) }
+    }
+
     /// Makes `run()` return `code` after this pass. `sd_event_exit(3)`
     public func exit(code: Int32) { sd_event_exit(event, code) }
 }

@@ -154,7 +154,7 @@ extension Effect {
     var isDecision: Bool {
         switch self {
         case .lifecycle, .taskChanged, .act, .kill: true
-        case .watch, .unwatch, .log: false
+        case .watch, .unwatch, .log, .due: false
         }
     }
 }

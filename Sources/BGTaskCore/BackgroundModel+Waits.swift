@@ -1,0 +1,44 @@
+// SPDX-License-Identifier: Apache-2.0
+/// A wait the daemon has in flight besides the rules' own deadlines: the enforcement's (a
+/// freeze the kernel has not confirmed, the next look for a stray `SIGCONT`, an app being
+/// moved into a scope) and its housekeeping (retrying the state file, `STATUS=`). Timed by
+/// the model with its other deadlines, so the daemon reads the clock once per pass and arms
+/// one timer; when one falls due, `advance(to:)` says so (`Effect.due`) and the daemon
+/// carries it out. Not saved: a restarted daemon has none in flight.
+public enum Wait: Hashable, Sendable {
+    /// A freeze not confirmed yet (`cgroup.events` says `frozen 1`): when due, an app still
+    /// not frozen is suspended with signals instead.
+    case freeze(ProcessIdentity)
+    /// Signal-suspended apps are looked at for a stray `SIGCONT` (a few per wake-up).
+    case stopCheck
+    /// An app the service manager was asked to move into a scope of its own: has it?
+    case isolation(ProcessIdentity)
+    /// The state file could not be written: try again.
+    case stateRetry
+    /// `STATUS=` for the service manager (at most one per interval).
+    case status
+}
+
+extension BackgroundModel {
+    /// Arms `wait` to fall due at `instant` (re-arming replaces the earlier instant).
+    public mutating func schedule(_ wait: Wait, at instant: Instant) {
+        waitSerial += 1
+        waits[wait] = waitSerial
+        timers.insert(.wait(wait, serial: waitSerial), at: instant)
+    }
+
+    /// Disarms `wait` (its timer entry, left in place, fires as stale: nothing happens).
+    public mutating func cancel(_ wait: Wait) {
+        waits[wait] = nil
+    }
+
+    /// Whether `wait` is armed.
+    public func isScheduled(_ wait: Wait) -> Bool { waits[wait] != nil }
+
+    /// A wait's timer fired: due if it is still the one armed.
+    mutating func waitFired(_ wait: Wait, serial: UInt64, effects: inout [Effect]) {
+        guard waits[wait] == serial else { return }
+        waits[wait] = nil
+        effects.append(.due(wait))
+    }
+}

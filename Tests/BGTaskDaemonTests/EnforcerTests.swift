@@ -1,0 +1,139 @@
+// SPDX-License-Identifier: Apache-2.0
+import BGTaskCore
+@testable import BGTaskDaemon
+import BGTaskSystem
+import Foundation
+import Glibc
+import Testing
+import TestSupport
+
+/// What the Enforcer decides, below the daemon, on real processes the test starts: which
+/// processes an action reaches, by which mechanism, who is left out, and which waits it asks
+/// the model to time (it reads no clock: every instant is the test's).
+@Suite(.serialized) struct EnforcerTests {
+    /// An enforcer over `app` (held by its pidfd), recording what it schedules and logs.
+    final class Rig {
+        let loop: EventLoop
+        let enforcer: Enforcer
+        var scheduled: [(Wait, Int64?)] = []
+        var logged: [String] = []
+        var roots: [ProcessIdentity: Pidfd] = [:]
+
+        init() throws {
+            loop = try EventLoop()
+            var roots: () -> [ProcessIdentity: Pidfd] = { [:] }
+            var logged: (String) -> Void = { _ in }
+            enforcer = try Enforcer(loop: loop, root: { roots()[$0] }, tracked: { _ in [] }) { _, message in logged(message) }
+            roots = { [unowned self] in self.roots }
+            logged = { [unowned self] in self.logged.append($0) }
+            enforcer.schedule = { [unowned self] wait, instant in self.scheduled.append((wait, instant)) }
+        }
+
+        /// The app whose own process is `child`.
+        func app(_ child: Spawned) throws -> ProcessIdentity {
+            let identity = ProcessIdentity(pid: child.pid, startTime: try ProcStat.read(pid: child.pid).startTime)
+            roots[identity] = child.pidfd
+            return identity
+        }
+    }
+
+    /// A shell with two children, all of which the test started.
+    func tree() throws -> Spawned {
+        let shell = try Spawned("/bin/sh", ["-c", "sleep 1000 & sleep 1000 & echo ready; wait"])
+        try shell.expectLine("ready")
+        try waitUntil("both children") { processTree(of: shell.pidfd).count == 3 }
+        return shell
+    }
+
+    @Test func signalsStopTheWholeTreeAndArmTheStrayContinueCheck() throws {
+        let rig = try Rig()
+        let shell = try tree()
+        let app = try rig.app(shell)
+        rig.enforcer.suspend(app, uid: 0, command: "sh", mode: .signal, at: 1_000)
+        try waitUntil("every process stopped") { processTree(of: shell.pidfd).allSatisfy { $0.state == "T" } }
+        #expect(rig.enforcer.suspended[app]?.method == .signals)
+        #expect(rig.scheduled.count == 1 && rig.scheduled.first?.0 == .stopCheck
+                && rig.scheduled.first?.1 == 1_000 + Enforcer.stopCheckInterval)
+        rig.enforcer.resume(app, uid: 0, at: 2_000)
+        try waitUntil("every process running") { processTree(of: shell.pidfd).allSatisfy { $0.state != "T" } }
+        #expect(rig.scheduled.last?.0 == .stopCheck && rig.scheduled.last?.1 == nil)  // disarmed: nothing to watch
+        #expect(rig.enforcer.suspended.isEmpty)
+    }
+
+    @Test func aStrayContinueIsUndoneAtTheCheck() throws {
+        let rig = try Rig()
+        let shell = try tree()
+        let app = try rig.app(shell)
+        rig.enforcer.suspend(app, uid: 0, command: "sh", mode: .signal, at: 0)
+        try waitUntil("every process stopped") { processTree(of: shell.pidfd).allSatisfy { $0.state == "T" } }
+        try shell.signal(SIGCONT)  // someone else continues the app's own process
+        try waitUntil("the shell running") { processState(shell.pid) != "T" }
+        rig.enforcer.checkStops(at: Enforcer.stopCheckInterval)
+        try waitUntil("stopped again") { processState(shell.pid) == "T" }
+        #expect(rig.logged.contains { $0.contains("was resumed while suspended") }, "\(rig.logged)")
+        #expect(rig.scheduled.last?.0 == .stopCheck && rig.scheduled.last?.1 != nil)  // still armed: still suspended
+        rig.enforcer.resume(app, uid: 0, at: 0)
+    }
+
+    /// The daemon's CAP_KILL is not lent: an app of uid 65534 is what uid 65534 could signal.
+    @Test func anUnprivilegedOwnersActionLeavesOthersProcessesAlone() throws {
+        let rig = try Rig()
+        let shell = try tree()  // root's processes
+        let app = try rig.app(shell)
+        rig.enforcer.suspend(app, uid: 65534, command: "sh", mode: .signal, at: 0)
+        #expect(rig.enforcer.suspended[app] == nil)  // nothing of it was uid 65534's to stop
+        #expect(rig.scheduled.isEmpty)
+        #expect(processTree(of: shell.pidfd).allSatisfy { $0.state != "T" })
+        #expect(rig.logged.contains { $0.contains("not suspended: the app's owner could not signal it") }, "\(rig.logged)")
+        #expect(rig.enforcer.excluded.isEmpty)  // reset once reported
+    }
+
+    @Test(.enabled(if: Capabilities.cgroupsWritable, "needs a writable cgroup v2 hierarchy (root)"))
+    func aUnitAppIsFrozenWholeAndItsWaitDisarmedOnceConfirmed() throws {
+        let rig = try Rig()
+        let cgroup = Cgroup(directory: Cgroup.mountPoint! + "/bgtaskd-test-\(getpid())-enforcer")
+        try systemCall("mkdir") { mkdir(cgroup.directory, 0o755) }
+        defer { rmdir(cgroup.directory) }
+        let shell = try Spawned("/bin/sh", ["-c", "echo $$ > \(cgroup.directory)/cgroup.procs; sleep 1000 & echo ready; wait"])
+        try shell.expectLine("ready")
+        let app = try rig.app(shell)
+        rig.enforcer.adopt(app, unitPath: cgroup.path)
+        rig.enforcer.suspend(app, uid: 0, command: "sh", mode: .auto, at: 5_000)
+        #expect(rig.enforcer.suspended[app]?.method == .freezer(cgroup))
+        try waitUntil("frozen 1") { try cgroup.isFrozen() }
+        // Confirmed at once, or armed for the bound and disarmed by cgroup.events.
+        if let armed = rig.scheduled.first(where: { $0.0 == .freeze(app) }) {
+            #expect(armed.1 == 5_000 + Enforcer.freezeBound)
+            try waitUntil("the wait disarmed") {
+                _ = try rig.loop.runOnce(timeoutMilliseconds: 10)
+                return rig.scheduled.last?.0 == .freeze(app) && rig.scheduled.last?.1 == nil
+            }
+        }
+        rig.enforcer.freezeWaitEnded(app, at: 5_000 + Enforcer.freezeBound)  // frozen: nothing to fall back from
+        #expect(rig.enforcer.suspended[app]?.method == .freezer(cgroup))
+        #expect(!rig.scheduled.contains { $0.0 == .stopCheck })  // no signals, no stray-SIGCONT check
+        rig.enforcer.resume(app, uid: 0, at: 6_000)
+        try waitUntil("frozen 0") { try !cgroup.isFrozen() }
+        shell.killTree()
+        _ = try shell.wait(timeout: 5)
+        try waitUntil("the cgroup empty") { try cgroup.processes().isEmpty }
+    }
+
+    /// One timer: the model's next deadline, whatever is in flight (the enforcement's waits
+    /// are the model's); the Enforcer takes every instant from its caller.
+    @Test func theDaemonArmsOneTimerAndTheEnforcerReadsNoClock() throws {
+        let sources = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("Sources/BGTaskDaemon").path
+        var timers: [String] = []
+        for file in try FileManager.default.contentsOfDirectory(atPath: sources) where file.hasSuffix(".swift") {
+            let text = try String(contentsOfFile: sources + "/" + file, encoding: .utf8)
+            timers += Array(repeating: file, count: text.components(separatedBy: "addTimer").count - 1)
+            if file == "Enforcer.swift" {
+                for clock in ["loop.now", "Clock.", "clock_gettime", "sd_event_now"] {
+                    #expect(!text.contains(clock), "Enforcer.swift reads a clock: \(clock)")
+                }
+            }
+        }
+        #expect(timers == ["Daemon.swift"], "\(timers)")
+    }
+}
