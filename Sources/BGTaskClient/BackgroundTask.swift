@@ -14,26 +14,6 @@ public struct BackgroundTaskIdentifier: Hashable, Sendable, CustomStringConverti
     public var description: String { self == .invalid ? "invalid" : String(rawValue) }
 }
 
-/// Why an expiration handler runs. UIKit's handlers are not told; these are.
-public enum ExpirationReason: Equatable, Sendable, CustomStringConvertible {
-    /// The app's background time is about to run out (`taskExpiring`): end the task now.
-    case backgroundTimeExpiring(remaining: Double)
-    /// Time ran out while the task was still held (`taskExpired`).
-    case backgroundTimeExpired
-    /// The grant was denied; the reason is the daemon's (e.g. `suspendedBeforeGrant`).
-    case denied(String)
-    /// The connection to bgtaskd was lost; the task is gone with it.
-    case daemonUnavailable
-
-    public var description: String {
-        switch self {
-        case let .backgroundTimeExpiring(remaining): "background time expiring (\(remaining)s left)"
-        case .backgroundTimeExpired: "background time expired"
-        case let .denied(reason): "denied: \(reason)"
-        case .daemonUnavailable: "bgtaskd unavailable"
-        }
-    }
-}
 
 /// How a wake's work went, like `UIBackgroundFetchResult`.
 public enum BackgroundFetchResult: Sendable {
@@ -89,23 +69,8 @@ final class WakeCompletion: @unchecked Sendable {
 }
 
 extension BackgroundApplication {
-    /// The app's state, shaped like `UIApplication.State` (same cases, same raw values).
-    /// bgtaskd's `foreground` is `.active`; `background` and `suspended` are `.background`
-    /// (a suspended app runs no code to see it); `.inactive` is the moment UIKit has it:
-    /// while `applicationWillEnterForeground(_:)` runs.
-    public enum State: Int, Sendable, CustomStringConvertible {
-        case active
-        case inactive
-        case background
-
-        public var description: String {
-            switch self {
-            case .active: "active"
-            case .inactive: "inactive"
-            case .background: "background"
-            }
-        }
-    }
+    /// The app's state, shaped like `UIApplication.State` (`ApplicationState`).
+    public typealias State = ApplicationState
 }
 
 /// A value or reference used only where the library's contract confines it (the delegate

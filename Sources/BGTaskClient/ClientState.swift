@@ -86,7 +86,7 @@ struct ClientState<Handler> {
     static var maximumPendingEnds: Int { ClientRules.maximumPendingEnds }
 
     private(set) var connected = false
-    private(set) var state: BackgroundApplication.State = .active
+    private(set) var state: ApplicationState = .active
     /// Seconds left at a monotonic instant; `nil` is unlimited (foreground).
     private(set) var remaining: (seconds: Double, at: Int64)?
     private(set) var tasks: [Int: Task] = [:]
