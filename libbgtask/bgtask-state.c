@@ -80,7 +80,7 @@ static bool waiting_for_grant(bgtask_app *app) {
 }
 
 /* Queues a task's handler (exactly once: it is taken from the task). */
-static void expire(bgtask_app *app, task *t, bgtask_expiration_reason reason, const char *detail) {
+static void queue_handler(bgtask_app *app, task *t, bgtask_expiration_reason reason, const char *detail) {
     if (!t->handler) return;
     if (app->n_expiries == app->expiries_capacity) {
         size_t next = app->expiries_capacity ? app->expiries_capacity * 2 : 8;
@@ -138,7 +138,7 @@ static void expire_orphans(bgtask_app *app, const json_value *held) {
             t->finished = false;  /* it goes on, even if its handler ran while bgtaskd was away */
         } else if (!t->finished) {
             t->finished = true;
-            expire(app, t, BGTASK_EXPIRATION_DAEMON_UNAVAILABLE, NULL);
+            queue_handler(app, t, BGTASK_EXPIRATION_DAEMON_UNAVAILABLE, NULL);
         }
     }
 }
@@ -220,12 +220,12 @@ static void apply_to_task(bgtask_app *app, uint64_t id, const char *event, const
         t->granted = true;
     } else if (strcmp(event, BGTASK_EVENT_TASK_DENIED) == 0) {
         t->finished = true;
-        expire(app, t, BGTASK_EXPIRATION_DENIED, reason);
+        queue_handler(app, t, BGTASK_EXPIRATION_DENIED, reason);
     } else if (strcmp(event, BGTASK_EVENT_TASK_EXPIRING) == 0) {
-        expire(app, t, BGTASK_EXPIRATION_EXPIRING, NULL);
+        queue_handler(app, t, BGTASK_EXPIRATION_EXPIRING, NULL);
     } else if (strcmp(event, BGTASK_EVENT_TASK_EXPIRED) == 0) {
         t->finished = true;
-        expire(app, t, BGTASK_EXPIRATION_EXPIRED, NULL);
+        queue_handler(app, t, BGTASK_EXPIRATION_EXPIRED, NULL);
     }
 }
 

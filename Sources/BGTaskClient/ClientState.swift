@@ -32,7 +32,7 @@ enum DaemonCall: Equatable {
 struct ClientState<Handler> {
     enum Effect {
         /// Run the handler, on the application's queue.
-        case expire(Handler, ExpirationReason)
+        case runHandler(Handler, ExpirationReason)
         /// Tell the delegate, then report back with `backgroundDelegateReturned()`.
         case enterBackground
         /// Tell the delegate, then report back with `foregroundDelegateReturned()`.
@@ -186,7 +186,7 @@ struct ClientState<Handler> {
         defer { tasks[id] = task }
         guard let reason, let handler = task.handler else { return [] }
         task.handler = nil  // exactly once
-        return [.expire(handler, reason)]
+        return [.runHandler(handler, reason)]
     }
 
     // MARK: From the app
@@ -288,7 +288,7 @@ struct ClientState<Handler> {
                 task.finished = false  // it goes on, even if its handler ran while the daemon was away
             } else if !task.finished {
                 task.finished = true
-                if let handler = task.handler { effects.append(.expire(handler, .daemonUnavailable)) }
+                if let handler = task.handler { effects.append(.runHandler(handler, .daemonUnavailable)) }
                 task.handler = nil
             }
             tasks[id] = task

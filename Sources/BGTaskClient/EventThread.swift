@@ -82,7 +82,7 @@ final class EventThread: @unchecked Sendable {
     func perform(_ effects: [BackgroundApplication.Client.Effect], _ app: BackgroundApplication) {
         for effect in effects {
             switch effect {
-            case let .expire(handler, reason):
+            case let .runHandler(handler, reason):
                 app.onQueue { handler(reason) }
             case .enterBackground:
                 let delegate = app.delegateReference

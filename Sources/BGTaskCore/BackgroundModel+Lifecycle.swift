@@ -42,13 +42,13 @@ extension BackgroundModel {
         effects.append(.log(.app(.appExpired, .notice, app, uid: record.uid, command: record.command,
                                  "expired by a manager: \(target == .warning ? "warned" : "deadline passed") now")))
         if !record.warned { warn(app, at: now, effects: &effects) }
-        if target == .deadline { expire(app, at: now, effects: &effects) }
+        if target == .deadline { deadlinePassed(app, at: now, effects: &effects) }
     }
 
     /// `Terminate` from a manager.
     public mutating func terminate(_ app: ProcessIdentity, at now: Instant, effects: inout [Effect]) throws(BGTaskError) {
         guard apps[app] != nil else { throw .noSuchApp(app.pid) }
-        forceTerminate(app, reason: .manager, at: now, effects: &effects)
+        terminateNow(app, reason: .manager, at: now, effects: &effects)
     }
 
     /// A watched process exited (rule 9): an app's own process takes the app and its tasks
@@ -186,11 +186,11 @@ extension BackgroundModel {
     }
 
     /// Rule 7: background time ran out.
-    mutating func expire(_ app: ProcessIdentity, at now: Instant, effects: inout [Effect]) {
+    mutating func deadlinePassed(_ app: ProcessIdentity, at now: Instant, effects: inout [Effect]) {
         guard let record = apps[app], record.state == .background else { return }
         let held = record.taskIDs.contains { tasks[$0]?.state.isAssertion == true }
         if held {
-            forceTerminate(app, reason: .assertionsBeyondPermittedTime, at: now, effects: &effects)
+            terminateNow(app, reason: .assertionsBeyondPermittedTime, at: now, effects: &effects)
         } else {
             suspend(app, reason: .backgroundTimeExpired, at: now, effects: &effects)
         }
@@ -199,7 +199,7 @@ extension BackgroundModel {
     /// Rule 3: the transition was not reported finished in time.
     mutating func transitionTimedOut(_ app: ProcessIdentity, at now: Instant, effects: inout [Effect]) {
         guard let record = apps[app], record.state == .background, record.phase == .transition else { return }
-        forceTerminate(app, reason: .transitionTimeout, at: now, effects: &effects)
+        terminateNow(app, reason: .transitionTimeout, at: now, effects: &effects)
     }
 
     mutating func suspend(_ app: ProcessIdentity, reason: ActionReason, at now: Instant, effects: inout [Effect]) {
@@ -222,7 +222,7 @@ extension BackgroundModel {
 
     /// Terminates an app: its tasks expire (or end), it is forgotten, and the daemon signals
     /// it. A catchable signal is followed by `SIGKILL` after `TerminateGraceSec`.
-    mutating func forceTerminate(_ app: ProcessIdentity, reason: ActionReason, at now: Instant, effects: inout [Effect]) {
+    mutating func terminateNow(_ app: ProcessIdentity, reason: ActionReason, at now: Instant, effects: inout [Effect]) {
         guard let record = apps[app] else { return }
         let signal = settings(record).terminateSignal
         var names: [String] = []
@@ -315,7 +315,7 @@ extension BackgroundModel {
             case let .warning(app, epoch):
                 if apps[app]?.epoch == epoch { warn(app, at: at, effects: &effects) }
             case let .deadline(app, epoch):
-                if apps[app]?.epoch == epoch { expire(app, at: at, effects: &effects) }
+                if apps[app]?.epoch == epoch { deadlinePassed(app, at: at, effects: &effects) }
             case let .kill(process):
                 guard let termination = terminating.removeValue(forKey: process) else { continue }
                 apps.touch(process)

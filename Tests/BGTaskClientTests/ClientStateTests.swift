@@ -97,7 +97,7 @@ import Varlink
         _ = state.begun(3, name: "sync", handler: "h3")
         _ = state.receive(.taskGranted(3), at: 0)
         var effects = state.receive(.taskExpiring([3], remaining: 5), at: Self.second)
-        #expect(effects == [.expire("h3", .backgroundTimeExpiring(remaining: 5))])
+        #expect(effects == [.runHandler("h3", .backgroundTimeExpiring(remaining: 5))])
         effects = state.receive(.taskExpired([3]), at: 6 * Self.second)
         #expect(effects.isEmpty)
         var ending = state.end(3)
@@ -111,7 +111,7 @@ import Varlink
         var effects = state.receive(.taskDenied(9, reason: "suspendedBeforeGrant"), at: 0)
         #expect(effects.isEmpty)
         effects = state.begun(9, name: "late", handler: "h9")
-        #expect(effects == [.expire("h9", .denied("suspendedBeforeGrant"))])
+        #expect(effects == [.runHandler("h9", .denied("suspendedBeforeGrant"))])
         let ending = state.end(9)
         #expect(ending == .alreadyEnded)
     }
@@ -122,7 +122,7 @@ import Varlink
         var effects = state.begun(1, name: "oldest", handler: "h1")
         #expect(effects.isEmpty)  // dropped, oldest first
         effects = state.begun(2, name: "kept", handler: "h2")
-        #expect(effects == [.expire("h2", .backgroundTimeExpired)])
+        #expect(effects == [.runHandler("h2", .backgroundTimeExpired)])
     }
 
     @Test func aLostDaemonIsRetriedWithBackoffAndOrphansWaitForIt() {
@@ -143,7 +143,7 @@ import Varlink
         #expect(!news)  // subscribed, then lost again: no news
         // Back: it kept task 1, not task 2.
         effects = state.receive(.subscribed(state: "foreground", remaining: nil, held: [1]), at: Self.second)
-        #expect(effects == [.expire("h2", .daemonUnavailable)])
+        #expect(effects == [.runHandler("h2", .daemonUnavailable)])
         var ending = state.end(1)
         #expect(ending == .send)
         ending = state.end(2)
@@ -158,11 +158,11 @@ import Varlink
         _ = state.lost(at: Self.second)
         let grace = Self.second + State.restartGrace
         var effects = state.tick(at: grace - 1)
-        #expect(!effects.contains(.expire("h1", .daemonUnavailable)))
+        #expect(!effects.contains(.runHandler("h1", .daemonUnavailable)))
         effects = state.tick(at: grace)
-        #expect(effects.contains(.expire("h1", .daemonUnavailable)))
+        #expect(effects.contains(.runHandler("h1", .daemonUnavailable)))
         effects = state.tick(at: grace + Self.second)
-        #expect(!effects.contains(.expire("h1", .daemonUnavailable)))
+        #expect(!effects.contains(.runHandler("h1", .daemonUnavailable)))
         // It comes back late, still holding the task: ending it must reach the daemon.
         _ = state.receive(.subscribed(state: "foreground", remaining: nil, held: [1]), at: 10 * Self.second)
         let ending = state.end(1)
@@ -190,7 +190,7 @@ import Varlink
         _ = state.receive(.taskGranted(1), at: 0)
         _ = state.lost(at: Self.second)
         var effects = state.receive(.subscribed(state: "background", remaining: 2, held: [1], expiring: [1]), at: 2 * Self.second)
-        #expect(effects == [.expire("h1", .backgroundTimeExpiring(remaining: 2))])
+        #expect(effects == [.runHandler("h1", .backgroundTimeExpiring(remaining: 2))])
         effects = state.receive(.subscribed(state: "background", remaining: 1, held: [1], expiring: [1]), at: 3 * Self.second)
         #expect(effects.isEmpty, "the handler ran already")
         #expect(state.end(1) == .send)

@@ -92,7 +92,7 @@ import Varlink
         mutating func perform(_ effects: [ClientState<Int>.Effect]) {
             for effect in effects {
                 switch effect {
-                case let .expire(id, reason):
+                case let .runHandler(id, reason):
                     let entry: [JSON] = switch reason {
                     case .backgroundTimeExpiring: [.int(Int64(id)), "expiring"]
                     case .backgroundTimeExpired: [.int(Int64(id)), "expired"]

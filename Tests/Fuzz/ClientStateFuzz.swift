@@ -21,7 +21,7 @@ public func fuzzClientState(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
         precondition(effects.count <= 3 * 2 + ClientRules.maximumPendingEnds + 4, "\(effects.count) effects at once")
         for effect in effects {
             switch effect {
-            case let .expire(id, _):
+            case let .runHandler(id, _):
                 handled[id] += 1
                 precondition(handled[id] == 1, "handler of task \(id) ran twice")
                 if state.end(id) == .send { state.endUndelivered(id) }  // not connected: queued
