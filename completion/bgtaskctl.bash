@@ -3,10 +3,10 @@ _bgtaskctl() {
     local cur prev verbs
     cur=${COMP_WORDS[COMP_CWORD]}
     prev=${COMP_WORDS[COMP_CWORD-1]}
-    verbs="status apps tasks history monitor background foreground terminate expire policy wake reload run help"
+    verbs="status apps tasks history monitor background foreground terminate expire policy wake requests launch reload run help"
     case $prev in
         --socket) COMPREPLY=($(compgen -f -- "$cur")); return ;;
-        background|foreground|terminate|expire|policy|wake|tasks)
+        background|foreground|terminate|expire|policy|wake|tasks|requests|launch)
             COMPREPLY=($(compgen -W "--unit $(ps -e -o pid= 2>/dev/null)" -- "$cur")); return ;;
         --unit)
             COMPREPLY=($(compgen -W "$(ls /sys/fs/cgroup/*.slice /sys/fs/cgroup/user.slice/*/user@*.service/app.slice 2>/dev/null | grep -E '\.(scope|service)$')" -- "$cur")); return ;;

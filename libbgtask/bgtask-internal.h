@@ -43,6 +43,8 @@ typedef struct {
     bool finished;
     /* bgtaskd went away while it was active: it may still hold it when it comes back. */
     bool orphaned;
+    /* A launch's task: the request's identifier (owned). */
+    char *launch;
 } task;
 
 /* A call the rules want sent (bgtask-io.c's flush_outbox sends it, without waiting). */
@@ -88,6 +90,9 @@ struct bgtask_app {
     void *lifecycle_userdata;
     bgtask_wake_handler_t did_wake;
     void *wake_userdata;
+    bgtask_launch_handler_t did_launch;
+    bgtask_expiration_handler_t launch_expired;
+    void *launch_userdata;
 
     expiry *expiries;
     size_t n_expiries, expiries_capacity;
@@ -128,6 +133,8 @@ int state_receive(bgtask_app *app, const json_value *message, uint64_t now);
 int state_begun(bgtask_app *app, uint64_t id, bool granted, bgtask_expiration_handler_t handler, void *userdata);
 /* The app ends `id`: -ENOENT unknown, 0 ended by bgtaskd already, 1 EndTask must go out. */
 int state_end(bgtask_app *app, uint64_t id);
+/* The task of the launch of `identifier`, or NULL. */
+task *find_launch(bgtask_app *app, const char *identifier);
 /* EndTask could not reach bgtaskd: sent once it is back. */
 void state_end_undelivered(bgtask_app *app, uint64_t id);
 void state_lost(bgtask_app *app, uint64_t now);

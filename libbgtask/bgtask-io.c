@@ -130,6 +130,8 @@ static int errno_of(const char *error) {
         {BGTASK_ERROR_STATE_NOT_WRITABLE, EAGAIN},
         {BGTASK_ERROR_INVALID_PARAMETER, EINVAL},
         {BGTASK_ERROR_PERMISSION_DENIED, EPERM},
+        {BGTASK_ERROR_TOO_MANY_PENDING_TASK_REQUESTS, EBUSY},
+        {BGTASK_ERROR_NO_SUCH_TASK_REQUEST, ENOENT},
     };
     for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
         if (strcmp(error, table[i].name) == 0) return -table[i].code;

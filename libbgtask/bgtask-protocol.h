@@ -13,6 +13,10 @@
 #define BGTASK_METHOD_END_TASK "EndTask"
 #define BGTASK_METHOD_FINISH_BACKGROUND_TRANSITION "FinishBackgroundTransition"
 #define BGTASK_METHOD_FINISH_WAKE "FinishWake"
+#define BGTASK_METHOD_SUBMIT_TASK_REQUEST "SubmitTaskRequest"
+#define BGTASK_METHOD_CANCEL_TASK_REQUEST "CancelTaskRequest"
+#define BGTASK_METHOD_CANCEL_ALL_TASK_REQUESTS "CancelAllTaskRequests"
+#define BGTASK_METHOD_SET_TASK_COMPLETED "SetTaskCompleted"
 
 #define BGTASK_EVENT_SUBSCRIBED "subscribed"
 #define BGTASK_EVENT_DID_ENTER_BACKGROUND "didEnterBackground"
@@ -22,6 +26,7 @@
 #define BGTASK_EVENT_TASK_EXPIRING "taskExpiring"
 #define BGTASK_EVENT_TASK_EXPIRED "taskExpired"
 #define BGTASK_EVENT_DID_WAKE "didWake"
+#define BGTASK_EVENT_LAUNCH_TASK "launchTask"
 
 #define BGTASK_ERROR_NO_SUCH_TASK "io.bgtaskd.App.NoSuchTask"
 #define BGTASK_ERROR_NO_BACKGROUND_TIME "io.bgtaskd.App.NoBackgroundTime"
@@ -29,6 +34,8 @@
 #define BGTASK_ERROR_STATE_NOT_WRITABLE "io.bgtaskd.App.StateNotWritable"
 #define BGTASK_ERROR_INVALID_PARAMETER "org.varlink.service.InvalidParameter"
 #define BGTASK_ERROR_PERMISSION_DENIED "org.varlink.service.PermissionDenied"
+#define BGTASK_ERROR_TOO_MANY_PENDING_TASK_REQUESTS "io.bgtaskd.App.TooManyPendingTaskRequests"
+#define BGTASK_ERROR_NO_SUCH_TASK_REQUEST "io.bgtaskd.App.NoSuchTaskRequest"
 
 /* Nanoseconds (ClientRules). */
 #define BGTASK_FINISH_MARGIN_NS 25000000ULL

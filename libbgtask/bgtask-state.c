@@ -46,7 +46,14 @@ task *find_task(bgtask_app *app, uint64_t id) {
 }
 
 static void remove_task(bgtask_app *app, task *t) {
+    free(t->launch);
     *t = app->tasks[--app->n_tasks];
+}
+
+task *find_launch(bgtask_app *app, const char *identifier) {
+    for (size_t i = 0; i < app->n_tasks; i++)
+        if (app->tasks[i].launch && strcmp(app->tasks[i].launch, identifier) == 0) return &app->tasks[i];
+    return NULL;
 }
 
 int state_begun(bgtask_app *app, uint64_t id, bool granted, bgtask_expiration_handler_t handler, void *userdata) {
@@ -279,6 +286,17 @@ int state_receive(bgtask_app *app, const json_value *message, uint64_t now) {
         if (strcmp(event, BGTASK_EVENT_TASK_EXPIRING) == 0) set_remaining(app, parameters, now, true);
         for (size_t i = 0; ids && ids->type == JSON_ARRAY && i < ids->count; i++)
             if (id_of(&ids->items[i])) apply_to_task(app, id_of(&ids->items[i]), event, NULL);
+    } else if (strcmp(event, BGTASK_EVENT_LAUNCH_TASK) == 0) {
+        const char *identifier = NULL, *kind = "refresh";
+        if (!json_get_string(parameters, "identifier", &identifier) || !json_get_id(parameters, "taskId", &id)) return 0;
+        json_get_string(parameters, "kind", &kind);
+        app->state = BGTASK_STATE_BACKGROUND;
+        set_remaining(app, parameters, now, false);
+        if (find_task(app, id) || state_begun(app, id, false, app->launch_expired, app->launch_userdata) < 0) return 0;
+        find_task(app, id)->launch = strdup(identifier);
+        if (app->did_launch)
+            app->did_launch(app, identifier, strcmp(kind, "processing") == 0 ? BGTASK_REQUEST_PROCESSING : BGTASK_REQUEST_REFRESH,
+                            id, app->launch_userdata);
     } else if (strcmp(event, BGTASK_EVENT_DID_WAKE) == 0) {
         const char *reason = "";
         json_get_string(parameters, "reason", &reason);

@@ -130,6 +130,7 @@ EXPORT bgtask_app *bgtask_app_unref(bgtask_app *app) {
     free(app->subscription_in.data);
     free(app->send_in.data);
     free(app->send_out.data);
+    for (size_t i = 0; i < app->n_tasks; i++) free(app->tasks[i].launch);
     free(app->tasks);
     free(app->pending_ends);
     free(app->socket_path);
@@ -221,6 +222,84 @@ EXPORT int bgtask_finish_transition(bgtask_app *app) {
     if (!state_finish_transition(app)) return 0;
     settle(app, now_ns());
     return 1;
+}
+
+/* ---- Scheduled work ---- */
+
+EXPORT int bgtask_app_set_launch_handler(bgtask_app *app, bgtask_launch_handler_t launch,
+                                         bgtask_expiration_handler_t expiration, void *userdata) {
+    if (!app) return -EINVAL;
+    app->did_launch = launch;
+    app->launch_expired = expiration;
+    app->launch_userdata = userdata;
+    return 0;
+}
+
+/* A call with no reply to keep. */
+static int call_only(bgtask_app *app, const char *method, const char *parameters) {
+    json_value reply;
+    int r = call(app, method, parameters, &reply);
+    if (r == 0) json_free(&reply);
+    return r;
+}
+
+/* {"identifier":"...", with more fields appended by the caller. */
+static char *identifier_parameters(const char *identifier, size_t *length, size_t *capacity) {
+    char *text = NULL;
+    *length = *capacity = 0;
+    if (append(&text, length, capacity, "{\"identifier\":") < 0 || json_append_string(&text, length, capacity, identifier) < 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
+EXPORT int bgtask_submit(bgtask_app *app, const char *identifier, bgtask_request_kind kind, double earliest_begin,
+                         unsigned flags, double interval) {
+    if (!app || !identifier || (kind != BGTASK_REQUEST_REFRESH && kind != BGTASK_REQUEST_PROCESSING)) return -EINVAL;
+    if (!(earliest_begin >= 0 && earliest_begin <= 366 * 86400.0) || !(interval >= 0 && interval <= 366 * 86400.0)) return -EINVAL;
+    size_t length, capacity;
+    char *parameters = identifier_parameters(identifier, &length, &capacity);
+    if (!parameters) return -ENOMEM;
+    char rest[256];
+    /* Whole milliseconds: no locale can change how an integer is written. */
+    int n = snprintf(rest, sizeof(rest), ",\"kind\":\"%s\",\"earliestBeginDate\":%llu.%03llu,\"requiresExternalPower\":%s,"
+                     "\"requiresNetworkConnectivity\":%s",
+                     kind == BGTASK_REQUEST_PROCESSING ? "processing" : "refresh",
+                     (unsigned long long)(earliest_begin * 1000) / 1000, (unsigned long long)(earliest_begin * 1000) % 1000,
+                     flags & BGTASK_REQUIRES_EXTERNAL_POWER ? "true" : "false", flags & BGTASK_REQUIRES_NETWORK ? "true" : "false");
+    if (n > 0 && interval > 0)
+        n += snprintf(rest + n, sizeof(rest) - (size_t)n, ",\"interval\":%llu", (unsigned long long)interval);
+    int r = n > 0 && (size_t)n < sizeof(rest) - 2 ? append(&parameters, &length, &capacity, rest) : -EINVAL;
+    if (r == 0) r = append(&parameters, &length, &capacity, "}");
+    if (r == 0) r = call_only(app, BGTASK_METHOD_SUBMIT_TASK_REQUEST, parameters);
+    free(parameters);
+    return r;
+}
+
+EXPORT int bgtask_cancel_request(bgtask_app *app, const char *identifier) {
+    if (!app) return -EINVAL;
+    if (!identifier) return call_only(app, BGTASK_METHOD_CANCEL_ALL_TASK_REQUESTS, "{}");
+    size_t length, capacity;
+    char *parameters = identifier_parameters(identifier, &length, &capacity);
+    int r = parameters ? append(&parameters, &length, &capacity, "}") : -ENOMEM;
+    if (r == 0) r = call_only(app, BGTASK_METHOD_CANCEL_TASK_REQUEST, parameters);
+    free(parameters);
+    return r;
+}
+
+EXPORT int bgtask_set_task_completed(bgtask_app *app, const char *identifier, int success) {
+    if (!app || !identifier) return -EINVAL;
+    task *launch = find_launch(app, identifier);
+    if (!launch) return -ENOENT;
+    state_end(app, launch->id);  /* its handler will not run */
+    size_t length, capacity;
+    char *parameters = identifier_parameters(identifier, &length, &capacity);
+    int r = parameters ? append(&parameters, &length, &capacity, success ? ",\"success\":true}" : ",\"success\":false}") : -ENOMEM;
+    if (r == 0) r = call_only(app, BGTASK_METHOD_SET_TASK_COMPLETED, parameters);
+    free(parameters);
+    settle(app, now_ns());
+    return r;
 }
 
 EXPORT int bgtask_finish_wake(bgtask_app *app) {

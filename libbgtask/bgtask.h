@@ -125,6 +125,42 @@ int bgtask_finish_transition(bgtask_app *app);
  * grant. Returns 1 if a wake was in progress, 0 if not. */
 int bgtask_finish_wake(bgtask_app *app);
 
+/* ---- Scheduled work (iOS's BGTaskScheduler; since LIBBGTASK_0.1) ---- */
+
+/* BGAppRefreshTaskRequest (a short window) or BGProcessingTaskRequest (a long one). */
+typedef enum bgtask_request_kind {
+    BGTASK_REQUEST_REFRESH = 1,
+    BGTASK_REQUEST_PROCESSING = 2,
+} bgtask_request_kind;
+
+/* A processing request's conditions (bgtask_submit's flags). */
+enum {
+    BGTASK_REQUIRES_EXTERNAL_POWER = 1 << 0,
+    BGTASK_REQUIRES_NETWORK = 1 << 1,
+};
+
+/* A request was launched: do its work, then call bgtask_set_task_completed(). The launch
+ * is the task `task_id`: the expiration handler given with this one runs for it, once, when
+ * its window is about to end. */
+typedef void (*bgtask_launch_handler_t)(bgtask_app *app, const char *identifier, bgtask_request_kind kind,
+                                        uint64_t task_id, void *userdata);
+
+/* Sets the handler of every launch, and the expiration handler of their tasks. */
+int bgtask_app_set_launch_handler(bgtask_app *app, bgtask_launch_handler_t launch, bgtask_expiration_handler_t expiration,
+                                  void *userdata);
+/* Asks to be launched no earlier than `earliest_begin` seconds from now, when `flags`'
+ * conditions hold; `interval` (at least 900 s, or 0) makes it periodic. Replaces a pending
+ * request with the same identifier. Returns 0 or -errno: -EBUSY (as many of that kind
+ * pending as allowed: 1 refresh, 10 processing), -EINVAL (a bad identifier or value),
+ * -EDQUOT (a limit), -ENOTCONN. */
+int bgtask_submit(bgtask_app *app, const char *identifier, bgtask_request_kind kind, double earliest_begin,
+                  unsigned flags, double interval);
+/* Cancels the pending request `identifier`, or every one with NULL. Returns 0 or -errno. */
+int bgtask_cancel_request(bgtask_app *app, const char *identifier);
+/* The launch of `identifier` is done (BGTask.setTaskCompleted): its task ends, and its
+ * expiration handler will not run. Returns 0, -ENOENT (no such launch), or -errno. */
+int bgtask_set_task_completed(bgtask_app *app, const char *identifier, int success);
+
 #ifdef __cplusplus
 }
 #endif

@@ -83,7 +83,13 @@ public final class BackgroundApplication: @unchecked Sendable {
         }
         events.handle(first, self)
         events.start(application: self, subscription: subscription)
+        Self.currentBox.withLock { $0 = Weak(value: self) }
     }
+
+    private struct Weak: @unchecked Sendable { weak var value: BackgroundApplication? }
+    private static let currentBox = Locked(Weak(value: nil))
+    /// The application created last, while it lives: what `BGTaskScheduler.shared` uses.
+    static var current: BackgroundApplication? { currentBox.withLock { $0.value } }
 
     /// Stops listening and closes the connections. Outstanding handlers do not run.
     public func close() {

@@ -15,6 +15,8 @@ enum DaemonEvent: Equatable {
     case taskExpired([Int])
     /// A manager woke the app; `payload` is a JSON object's text.
     case didWake(reason: String, payload: String?, remaining: Double?)
+    /// A scheduled request launched; its work is the task `taskID`.
+    case launchTask(identifier: String, kind: String, taskID: Int, remaining: Double?)
 }
 
 /// A call the library makes on its own (not on behalf of a caller).
@@ -43,6 +45,9 @@ struct ClientState<Handler> {
         case send(DaemonCall)
         /// Connect and subscribe again; report `reconnectFailed(at:)` if that fails.
         case reconnect
+        /// Run the launch handler of `identifier` (BGTaskScheduler), then report the task
+        /// with `begun(taskID, …)`.
+        case launch(identifier: String, kind: String, taskID: Int)
     }
 
     struct Task {
@@ -151,6 +156,10 @@ struct ClientState<Handler> {
             return ids.flatMap { applyTaskEvent(event, to: $0) }
         case let .taskExpired(ids):
             return ids.flatMap { applyTaskEvent(event, to: $0) }
+        case let .launchTask(identifier, kind, id, left):
+            state = .background
+            remaining = left.map { ($0, now) }
+            return [.launch(identifier: identifier, kind: kind, taskID: id)]
         case let .didWake(reason, payload, left):
             state = .background
             remaining = left.map { ($0, now) }
@@ -320,6 +329,10 @@ extension DaemonEvent {
             self = .taskDenied(id, reason: parameters[Field.reason]?.stringValue ?? "denied")
         case .taskExpiring: self = .taskExpiring(ids, remaining: remaining ?? 0)
         case .taskExpired: self = .taskExpired(ids)
+        case .launchTask:
+            guard let id, let identifier = parameters[Field.identifier]?.stringValue else { return nil }
+            self = .launchTask(identifier: identifier, kind: parameters[Field.kind]?.stringValue ?? "refresh", taskID: id,
+                               remaining: remaining)
         case .didWake:
             // A payload is an object; anything else is none (as libbgtask reads it).
             let payload = parameters[Field.payload].flatMap { value -> String? in

@@ -120,6 +120,13 @@ final class EventThread: @unchecked Sendable {
                             ?? completion.call(.noData)
                     }
                 }
+            case let .launch(identifier, kind, taskID):
+                guard let (task, run) = BGTaskScheduler.shared.launch(identifier, kind: kind, taskID: taskID, in: app) else { continue }
+                let early = app.state.withLock {
+                    $0.client.begun(taskID, name: identifier, handler: { @Sendable _ in task.expire() })
+                }
+                perform(early, app)
+                run()
             case let .send(call):
                 send(call, app)
             case .reconnect:

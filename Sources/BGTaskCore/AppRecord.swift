@@ -33,6 +33,8 @@ extension BackgroundModel {
         var subscribers = 0
         /// Who last moved it between foreground and background (`SetAppState`'s caller).
         var manager: String?
+        /// The app key its scheduled requests are kept by (`BackgroundModel+Requests`).
+        var requestKey: String?
         /// Active tasks, oldest first.
         var taskIDs: [TaskID] = []
     }

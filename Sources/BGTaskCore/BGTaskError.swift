@@ -16,4 +16,8 @@ public enum BGTaskError: Error, Equatable, Sendable {
     case invalidParameter(String)
     /// The state file (named) cannot be written, so nothing may change (a full disk).
     case stateNotWritable(String)
+    /// The app has as many requests of that kind (named) pending as it may.
+    case tooManyPendingTaskRequests(String)
+    /// No request with that identifier is pending, or launched and not completed.
+    case noSuchTaskRequest(String)
 }

@@ -94,6 +94,7 @@ extension BackgroundModel {
 
     mutating func enterBackground(_ app: ProcessIdentity, cause: String = "", at now: Instant, effects: inout [Effect]) {
         guard var record = apps[app], record.state == .foreground else { return }
+        if record.requestKey != nil { replan(at: now) }  // its due requests waited for this
         let settings = settings(record)
         let exempt = record.policy?.exempt == true
         record.state = .background
@@ -282,7 +283,7 @@ extension BackgroundModel {
             case let .transitionTimeout(app, epoch):
                 guard let record = apps[app], record.epoch == epoch, record.phase == .transition else { continue }
                 result.append(app)
-            case .grant, .warning, .kill, .wait:
+            case .grant, .warning, .kill, .wait, .requests:
                 continue
             }
         }
@@ -323,6 +324,8 @@ extension BackgroundModel {
                 settleWatch(process, before: true, effects: &effects)
             case let .wait(wait, serial):
                 waitFired(wait, serial: serial, effects: &effects)
+            case let .requests(serial):
+                if serial == requestPassSerial { runRequests(at: at, effects: &effects) }
             }
         }
     }

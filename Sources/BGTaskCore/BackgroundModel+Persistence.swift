@@ -12,6 +12,8 @@ public struct SavedApp: Equatable, Sendable {
     /// What its daily background time is kept by, and since when it has been counting.
     public var quotaKey: String?
     public var holdingSince: Instant?
+    /// The key its scheduled requests are kept by.
+    public var requestKey: String?
     public var state: AppState
     public var phase: BackgroundPhase?
     public var deadline: Instant?
@@ -28,6 +30,7 @@ public struct SavedApp: Equatable, Sendable {
         self.containment = containment
         self.quotaKey = nil
         self.holdingSince = nil
+        self.requestKey = nil
         self.state = state
         self.phase = phase
         self.deadline = deadline
@@ -72,6 +75,8 @@ public struct SavedState: Equatable, Sendable {
     public var terminating: [ProcessIdentity: Termination] = [:]
     /// Background time used per app key (`BackgroundModel+Quota`).
     public var quota: [String: [QuotaInterval]] = [:]
+    /// Scheduled requests per app key (`BackgroundModel+Requests`).
+    public var requests: [String: SavedRequests] = [:]
     public var nextTaskID: TaskID = 1
 
     public init() {}
@@ -145,7 +150,7 @@ extension BackgroundModel {
     public var nextTaskIdentifier: TaskID { nextTaskID }
 
     /// Whether anything changed since the last `takeChanges()` or `takeQuotaChanges()`.
-    public var hasUnsavedChanges: Bool { apps.hasChanges || tasks.hasChanges || !quotaChanged.isEmpty }
+    public var hasUnsavedChanges: Bool { apps.hasChanges || tasks.hasChanges || !quotaChanged.isEmpty || !requestChanges.isEmpty }
 
     /// What changed since the last call: the daemon writes these before it carries out the
     /// effects, so what is on disk is never behind what was done to a process.
@@ -168,6 +173,7 @@ extension BackgroundModel {
         for task in tasks.values { state.tasks[task.id] = saved(task) }
         state.terminating = terminating
         state.quota = quotaUsage
+        state.requests = requestBook
         state.nextTaskID = nextTaskID
         return state
     }
@@ -178,6 +184,7 @@ extension BackgroundModel {
                              deadline: app.deadline, transitionDeadline: app.transitionDeadline, warned: app.warned)
         saved.quotaKey = app.quotaKey
         saved.holdingSince = app.holdingSince
+        saved.requestKey = app.requestKey
         return saved
     }
 
@@ -215,6 +222,7 @@ extension BackgroundModel {
             record.quotaKey = app.quotaKey
             record.policy = policy(app)
             record.holdingSince = app.holdingSince
+            record.requestKey = app.requestKey
             if let key = app.quotaKey, app.holdingSince != nil { quotaHolders[key, default: []].insert(app.identity) }
             insertApp(record)
             effects.append(.watch(app.identity))
@@ -245,6 +253,15 @@ extension BackgroundModel {
             if !task.ageWarned { ageQueue.append((task.id, task.created)) }
         }
         ageQueue.sort { $0.created < $1.created }
+        // Requests, as for quota, only of keys that name their uid.
+        for (key, book) in saved.requests where Self.quotaOwner(ofKey: key) == book.uid { setBook(book, of: key) }
+        for app in apps.values {
+            guard let key = app.requestKey, requestBook[key] != nil else { continue }
+            requestKeyOfApp[app.identity] = key
+            appOfRequestKey[key] = app.identity
+        }
+        requestChanges.removeAll()
+        replan(at: now)
         for (process, termination) in saved.terminating where apps[process] == nil {
             let watched = needsWatch(process)
             terminating[process] = termination
@@ -262,6 +279,13 @@ extension BackgroundModel {
 }
 
 extension SavedApp {
+    /// The app with the key its scheduled requests are kept by.
+    public func withRequests(key: String?) -> SavedApp {
+        var app = self
+        app.requestKey = key
+        return app
+    }
+
     /// The app with its quota record (read back from the state file).
     public func withQuota(key: String?, holdingSince: Instant?) -> SavedApp {
         var app = self

@@ -116,6 +116,7 @@ extension BackgroundModel {
         ended.state = state
         let watched = needsWatch(task.owner)
         tasks[task.id] = nil
+        if !launchesInFlight.isEmpty { launchesInFlight[task.id] = nil }
         tasksPerUID[task.uid, default: 1] -= 1
         if tasksPerUID[task.uid] == 0 { tasksPerUID[task.uid] = nil }
         apps[unsaved: task.app]?.taskIDs.removeAll { $0 == task.id }

@@ -16,7 +16,7 @@ public enum WakeOutcome: String, Sendable {
 extension BackgroundModel {
     public mutating func wake(_ app: ProcessIdentity, reason: String, payload: String?, at now: Instant,
                               effects: inout [Effect]) throws(BGTaskError) -> WakeOutcome {
-        guard var record = apps[app] else { throw .noSuchApp(app.pid) }
+        guard let record = apps[app] else { throw .noSuchApp(app.pid) }
         switch record.state {
         case .foreground, .terminated:
             return .foreground
@@ -27,26 +27,37 @@ extension BackgroundModel {
                                      "told of a wake (\(reason)); already in the background, its deadline stays")))
             return .told
         case .suspended:
-            let window = Self.periodLength(min(settings(record).wakeTime, quotaRemaining(record, at: now) ?? settings(record).wakeTime),
-                                           settings(record))
-            count(from: .suspended, to: .background)
-            record.state = .background
-            record.phase = .woken
-            record.warned = false
-            record.epoch += 1
-            record.deadline = now + window
-            timers.insert(.warning(app, epoch: record.epoch), at: max(now, record.deadline! - settings(record).expirationWarning))
-            timers.insert(.deadline(app, epoch: record.epoch), at: record.deadline!)
-            apps[app] = record
-            effects.append(.act(AppActionRecord(app: app, uid: record.uid, command: record.command, unit: record.unit,
-                                                action: .woken, reason: .wake, taskNames: [], detail: reason), signal: nil))
-            effects.append(.log(.app(.appWoken, .notice, app, uid: record.uid, command: record.command,
-                                     "woken for \(ConfigurationValue.formatTimeSpan(window)): \(reason)", reason: .wake)))
+            let window = resume(app, forWindow: settings(record).wakeTime, reason: .wake, detail: reason, at: now,
+                                effects: &effects)
             effects.append(.lifecycle(app, uid: record.uid, .didWake(reason: reason, payload: payload,
                                                                     backgroundTimeRemaining: window)))
             settleQuota(app, at: now)
             return .woken
         }
+    }
+
+    /// Resumes a suspended app into the background for `length` (bounded by its quota, and
+    /// no shorter than rule 7a allows): a period whose deadline is the window's end. Returns
+    /// the window.
+    @discardableResult
+    mutating func resume(_ app: ProcessIdentity, forWindow length: Duration, reason: ActionReason, detail: String,
+                         at now: Instant, effects: inout [Effect]) -> Duration {
+        guard var record = apps[app], record.state == .suspended else { return .zero }
+        let window = Self.periodLength(min(length, quotaRemaining(record, at: now) ?? length), settings(record))
+        count(from: .suspended, to: .background)
+        record.state = .background
+        record.phase = .woken
+        record.warned = false
+        record.epoch += 1
+        record.deadline = now + window
+        timers.insert(.warning(app, epoch: record.epoch), at: max(now, record.deadline! - settings(record).expirationWarning))
+        timers.insert(.deadline(app, epoch: record.epoch), at: record.deadline!)
+        apps[app] = record
+        effects.append(.act(AppActionRecord(app: app, uid: record.uid, command: record.command, unit: record.unit,
+                                            action: .woken, reason: reason, taskNames: [], detail: detail), signal: nil))
+        effects.append(.log(.app(.appWoken, .notice, app, uid: record.uid, command: record.command,
+                                 "woken for \(ConfigurationValue.formatTimeSpan(window)): \(detail)", reason: reason)))
+        return window
     }
 
     /// `FinishWake`: the woken app is done. Holding a granted task it runs on to the window's

@@ -51,6 +51,19 @@ public struct BackgroundModel {
     /// The daemon's waits armed, each by the serial of its current timer entry.
     var waits: [Wait: UInt64] = [:]
     var waitSerial: UInt64 = 0
+    // Scheduled work (`BackgroundModel+Requests`): pending requests by app key, which app
+    // runs for a key, the conditions, the launches not yet completed (by their task).
+    var requestBook: [String: SavedRequests] = [:]
+    var requestKeyOfApp: [ProcessIdentity: String] = [:]
+    var appOfRequestKey: [String: ProcessIdentity] = [:]
+    public internal(set) var conditions = Conditions()
+    var launchesInFlight: [TaskID: Launch] = [:]
+    var requestPassSerial: UInt64 = 0
+    /// When the requests are next looked at (a pass launches what is due then).
+    public internal(set) var requestPassAt: Instant?
+    var requestsPerUID: [UInt32: Int] = [:]
+    var requestTotal = 0
+    var requestChanges: Set<String> = []
     /// Tasks in creation order, for the age warning. Its delay is one constant, so the
     /// deadlines come in this order: a queue, not heap entries that would outlive their
     /// tasks by TaskAgeWarningSec. Ended tasks at the front are dropped at once.
@@ -280,6 +293,7 @@ public struct BackgroundModel {
             stopHolding(identity, key: key, since: since, at: now)
         }
         if appsByUID[record.uid]?.isEmpty == true { appsByUID[record.uid] = nil }
+        if record.requestKey != nil { detachRequests(of: identity, at: now) }
         count(from: record.state, to: nil)
     }
 

@@ -45,6 +45,25 @@ extension Configuration {
         span("Background", "TaskAgeWarningSec", \.taskAgeWarning),
         span("Background", "WakeTimeSec", \.wakeTime),
         span("Background", "QuotaWindowSec", \.quotaWindow),
+        span("Scheduling", "RefreshTimeSec", \.refreshTime),
+        span("Scheduling", "ProcessingTimeSec", \.processingTime),
+        span("Scheduling", "CoalesceWindowSec", \.coalesceWindow),
+        ConfigurationKey(section: "Scheduling", name: "DailyLaunches", apply: { config, text in
+            if text.isEmpty { config.dailyLaunches = nil; return nil }
+            guard let value = Int(text), value >= 0, value <= 1_000_000 else {
+                return "expected a whole number from 0 to 1000000, or nothing for no limit, got '\(text)'"
+            }
+            config.dailyLaunches = value
+            return nil
+        }, format: { $0.dailyLaunches.map(String.init) ?? "" }),
+        span("Scheduling", "RequestRetentionSec", \.requestRetention),
+        ConfigurationKey(section: "Scheduling", name: "PowerSupplyPath", apply: { config, text in
+            guard text.hasPrefix("/"), text.utf8.count <= 4096, !text.containsControlCharacters else {
+                return "expected an absolute path, got '\(text)'"
+            }
+            config.powerSupplyPath = text
+            return nil
+        }, format: { $0.powerSupplyPath }),
         choice("Enforcement", "SuspendMode", \.suspendMode),
         choice("Enforcement", "IsolateApps", \.isolateApps),
         ConfigurationKey(section: "Enforcement", name: "TerminateSignal", apply: { config, text in
@@ -60,6 +79,8 @@ extension Configuration {
         count("Limits", "MaxTasksPerApp", \.maxTasksPerApp),
         count("Limits", "MaxTasksPerUser", \.maxTasksPerUser),
         count("Limits", "MaxConnectionsPerUser", \.maxConnectionsPerUser),
+        count("Limits", "MaxTaskRequestsPerUser", \.maxTaskRequestsPerUser),
+        count("Limits", "MaxTaskRequests", \.maxTaskRequests),
         ConfigurationKey(section: "Limits", name: "MaxMessageBytes", apply: { config, text in
             guard let size = ConfigurationValue.parseSize(text), size >= 1024, size <= 16 << 20 else {
                 return "expected a size from 1K to 16M, got '\(text)'"

@@ -74,6 +74,19 @@ public struct Configuration: Equatable, Sendable {
     public var wakeTime: Duration = .seconds(30)
     /// The rolling window a policy's `DailyBackgroundSec` counts over.
     public var quotaWindow: Duration = .seconds(24 * 3600)
+    // [Scheduling]
+    /// A refresh launch's window (`BGAppRefreshTaskRequest`: iOS gives about 30 s).
+    public var refreshTime: Duration = .seconds(30)
+    /// A processing launch's window (`BGProcessingTaskRequest`: minutes).
+    public var processingTime: Duration = .seconds(600)
+    /// How long after its date a request may wait to be launched with others.
+    public var coalesceWindow: Duration = .seconds(60)
+    /// Launches per app key in the quota window; `nil`: no limit.
+    public var dailyLaunches: Int? = nil
+    /// A key none of whose processes ran for this long loses its requests.
+    public var requestRetention: Duration = .seconds(7 * 24 * 3600)
+    /// Where the power supplies are (a test points it at a directory of its own).
+    public var powerSupplyPath: String = "/sys/class/power_supply"
     // [Enforcement]
     public var suspendMode: SuspendMode = .auto
     public var isolateApps: IsolateApps = .auto
@@ -89,6 +102,9 @@ public struct Configuration: Equatable, Sendable {
     /// Active tasks of all the apps one unprivileged uid owns.
     public var maxTasksPerUser: Int = 4096
     public var maxConnectionsPerUser: Int = 256
+    /// Pending scheduled requests of all the apps one unprivileged uid owns, and in all.
+    public var maxTaskRequestsPerUser: Int = 1024
+    public var maxTaskRequests: Int = 65536
     /// The largest Varlink message accepted, in bytes.
     public var maxMessageBytes: Int = 64 * 1024
     // [Access]

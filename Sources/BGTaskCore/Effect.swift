@@ -10,6 +10,8 @@ public enum LifecycleEvent: Equatable, Sendable {
     case taskExpired([TaskID])
     /// A manager woke the app (DESIGN.md §2c): `payload` is a JSON object's text, if any.
     case didWake(reason: String, payload: String?, backgroundTimeRemaining: Duration?)
+    /// A scheduled request is launched: its task is `taskID` (`SetTaskCompleted` ends it).
+    case launchTask(identifier: String, kind: TaskRequestKind, taskID: TaskID, backgroundTimeRemaining: Duration?)
 }
 
 /// A suspension, resumption or termination the daemon must carry out and record.
@@ -46,6 +48,7 @@ public enum LogKind: String, CaseIterable, Sendable {
     case appSuspended, appResumed, appTerminated
     case taskGranted, taskDenied, taskWarned, taskExpired, taskEnded, taskAgeWarning
     case appExpired, appIsolated, appWoken
+    case requestSubmitted, requestLaunched, requestCompleted
 }
 
 extension LogKind {
@@ -70,6 +73,9 @@ extension LogKind {
         case .appExpired: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a0e"
         case .appIsolated: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a0f"
         case .appWoken: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a10"
+        case .requestSubmitted: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a11"
+        case .requestLaunched: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a12"
+        case .requestCompleted: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a13"
         }
     }
 }

@@ -57,6 +57,7 @@ public struct AppPolicy: Equatable, Sendable {
     public static let perAppKeys: Set<String> = [
         "BackgroundTimeSec", "ExpirationWarningSec", "TransitionTimeoutSec", "GrantLatencyMinSec", "GrantLatencyMaxSec", "WakeTimeSec",
         "SuspendMode", "IsolateApps", "TerminateSignal", "TerminateGraceSec",
+        "RefreshTimeSec", "ProcessingTimeSec", "DailyLaunches",
     ]
 
     /// Parses a policy file's `text`; `file` is its path (errors name it and the line).

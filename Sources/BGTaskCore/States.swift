@@ -67,6 +67,8 @@ public enum ActionReason: String, CaseIterable, Sendable {
     case wake
     /// It called `FinishWake` holding no task.
     case wakeFinished
+    /// Resumed for scheduled requests (the history entry's detail names them).
+    case launch
 }
 
 /// Where `Expire` moves an app: to its expiration warning, or past its deadline.

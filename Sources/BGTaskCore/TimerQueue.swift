@@ -10,6 +10,8 @@ struct TimerQueue {
         case kill(ProcessIdentity)
         /// A wait of the daemon's (`Wait`), current while its serial is the one armed.
         case wait(Wait, serial: UInt64)
+        /// The scheduled requests' next pass, current while its serial is the model's.
+        case requests(serial: UInt64)
     }
 
     struct Entry {

@@ -28,6 +28,7 @@ extension Daemon {
         rematchPolicies()
         _ = model.takeChanges()
         _ = model.takeQuotaChanges()
+        _ = model.takeRequestChanges()
         writeState()
         for case let .watch(process) in effects {
             guard let pidfd = try? Pidfd.open(pid: process.pid), pidfd.startTime == process.startTime,
@@ -67,6 +68,7 @@ extension Daemon {
         guard model.hasUnsavedChanges || stateFile.hasPendingRecords || !stateFile.isOpen || !stateWritable else { return }
         stateFile.record(model.takeChanges(), nextTaskID: model.nextTaskIdentifier)
         stateFile.record(quota: model.takeQuotaChanges())
+        stateFile.record(requests: model.takeRequestChanges())
         do {
             let live = model.appCount + model.taskCount + history.count
             if !stateFile.isOpen {

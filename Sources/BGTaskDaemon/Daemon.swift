@@ -23,6 +23,8 @@ public final class Daemon {
     var tracker: Tracker?
     /// Why there is no tracker, for the start-up log.
     var trackerUnavailable: String?
+    /// Power and network, for scheduled requests.
+    var conditions: SystemConditions?
     /// Connections to systemd managers awaiting their answer, for `IsolateApps=`; those
     /// answered (dropped at the next pass); sockets that could not be reached, until when.
     var managerRequests: [UInt64: (manager: ServiceManager, since: Int64)] = [:]
@@ -148,13 +150,34 @@ public final class Daemon {
         sources.append(try loop.addSignal(Signal.hangup) { [unowned self] in
             self.pass { _ in _ = self.reload() }
         })
+        let conditions = SystemConditions(powerSupplyPath: configuration.powerSupplyPath)
+        self.conditions = conditions
+        for descriptor in conditions.descriptors {
+            sources.append(try loop.addIO(descriptor.rawValue, events: IOEvents.readable) { [unowned self] _ in
+                conditions.drain(descriptor)
+                self.pass { _ in self.readConditions() }
+            })
+        }
         Signal.ignoreBrokenPipe()
         loop.enableWatchdog()
         // Restored deadlines arm the timer (or fire, if they passed while no daemon ran) now,
         // not at the first call. (Not a whole pass: its opening write would replace the state
         // file with the empty model before it is read.)
         restore()
+        readConditions()
         endPass(at: now)
+    }
+
+    /// Power and network as the system says now, for scheduled requests.
+    func readConditions() {
+        guard let conditions else { return }
+        let now = Conditions(externalPower: conditions.externalPower, network: SystemConditions.network)
+        guard now != model.conditions else { return }
+        log(.info, "Conditions for scheduled requests: \(now.externalPower ? "on external power" : "on battery"), "
+            + (now.network ? "a default route" : "no default route"))
+        var effects: [Effect] = []
+        model.setConditions(now, at: self.now, effects: &effects)
+        carryOut(effects)
     }
 
     /// Serves until `SIGTERM`/`SIGINT`; returns the exit status.

@@ -47,7 +47,9 @@ extension Daemon {
         if let app = appContaining(resolved.description) { return app }
         guard register else { throw BGTaskError.noSuchApp(resolved.description.identity.pid) }
         let (policy, quotaKey) = policy(for: resolved.description)
-        return try model.register(resolved.description, privileged: isPrivileged(connection), policy: policy,
-                                  quotaKey: quotaKey, at: now, effects: &effects)
+        let app = try model.register(resolved.description, privileged: isPrivileged(connection), policy: policy,
+                                     quotaKey: quotaKey, at: now, effects: &effects)
+        attachRequests(app, resolved.description, at: now)
+        return app
     }
 }

@@ -69,6 +69,8 @@ extension Daemon {
             _ = try Parameters(call.parameters, allowed: [])
             model.finishWake(of: app, at: now, effects: &effects)
             return VarlinkReply()
+        case .submitTaskRequest, .cancelTaskRequest, .cancelAllTaskRequests, .getPendingTaskRequests, .setTaskCompleted:
+            return try requestCall(method, call, app: app, process: process, at: now, effects: &effects)
         }
     }
 }

@@ -39,6 +39,7 @@ extension Daemon {
             let (policy, quotaKey) = policy(for: process)
             app = try model.register(process, privileged: isPrivileged(connection), policy: policy, quotaKey: quotaKey,
                                      at: now, effects: &effects)
+            attachRequests(app, process, at: now)
         }
         if connection.app != app {
             if let old = connection.app { forgetConnection(connection.id, of: old) }

@@ -82,6 +82,8 @@ extension Daemon {
             return .reply(VarlinkReply(parameters: Wire.policy(model.snapshot(of: app, at: now)?.policy.flatMap { name in
                 policies.policies.first { $0.name == name }
             }, settings: model.settings(of: app))))
+        case .listTaskRequests, .launchTask:
+            return try managerRequestCall(method, call, on: connection, at: now, effects: &effects)
         case .reload:
             _ = try Parameters(call.parameters, allowed: [])
             guard isPrivileged(connection) else { throw VarlinkError.permissionDenied }

@@ -75,6 +75,50 @@ extension StateFile {
                  warned: value["warned"]?.boolValue ?? false).withQuota(
                     key: value["quotaKey"] == nil ? nil : try string(value["quotaKey"]),
                     holdingSince: try optionalInstant(value["holdingSince"]))
+            .withRequests(key: value["requestKey"] == nil ? nil : try key(value["requestKey"]))
+    }
+
+    /// An app key (quota, requests): bounded, free of control characters.
+    static func key(_ value: JSON?) throws -> String {
+        let key = try string(value)
+        guard key.utf8.count <= 8192, !key.containsControlCharacters else { throw Malformed(description: "bad app key") }
+        return key
+    }
+
+    /// A key's scheduled requests, checked as when they were submitted.
+    static func requests(_ value: JSON) throws -> (String, SavedRequests?) {
+        let key = try key(value["key"])
+        guard value["requests"] != nil else { return (key, nil) }
+        let requests = try (value["requests"]?.arrayValue ?? []).prefix(11).map { item throws -> TaskRequest in
+            let interval = try optionalInstant(item["interval"]).map { Duration.nanoseconds($0.nanoseconds) }
+            return TaskRequest(identifier: try TaskRequest.validate(identifier: try string(item["identifier"])),
+                               kind: try Self.value(TaskRequestKind.self, item["kind"]),
+                               earliestBegin: try instant(item["earliestBegin"]),
+                               requiresExternalPower: item["power"]?.boolValue ?? false,
+                               requiresNetworkConnectivity: item["network"]?.boolValue ?? false,
+                               interval: interval.map { max($0, TaskRequest.minimumInterval) })
+        }
+        let launches = try (value["launches"]?.arrayValue ?? []).suffix(100_000).map { try instant($0) }
+        return (key, SavedRequests(uid: try uid(value["uid"]), requests: requests, lastSeen: try instant(value["lastSeen"]),
+                                   launches: launches))
+    }
+
+    static func encode(_ book: SavedRequests?, key: String) -> JSON {
+        guard let book else { return .object(["key": .string(key)]) }
+        return .object([
+            "key": .string(key), "uid": .int(Int64(book.uid)), "lastSeen": .int(book.lastSeen.nanoseconds),
+            "launches": .array(book.launches.map { .int($0.nanoseconds) }),
+            "requests": .array(book.requests.map { request in
+                var object: [String: JSON] = [
+                    "identifier": .string(request.identifier), "kind": .string(request.kind.rawValue),
+                    "earliestBegin": .int(request.earliestBegin.nanoseconds),
+                ]
+                if request.requiresExternalPower { object["power"] = .bool(true) }
+                if request.requiresNetworkConnectivity { object["network"] = .bool(true) }
+                if let interval = request.interval { object["interval"] = .int(Int64(interval.seconds * 1e9)) }
+                return .object(object)
+            }),
+        ])
     }
 
     static func task(_ value: JSON) throws -> SavedTask {

@@ -121,6 +121,9 @@ final class StateFile {
                 return QuotaInterval(start: try Self.instant(bounds[0]), end: try Self.instant(bounds[1]))
             }
             loaded.state.quota[key] = used.isEmpty ? nil : used
+        case "requests":
+            let (key, book) = try Self.requests(value)
+            loaded.state.requests[key] = book
         default: throw Malformed(description: "unknown record '\(kind)'")
         }
     }
@@ -169,6 +172,11 @@ final class StateFile {
                 .array([.int($0.start.nanoseconds), .int($0.end.nanoseconds)])
             })]))
         }
+    }
+
+    /// Notes a key's scheduled requests (`nil`: forgotten).
+    func record(requests changes: [(key: String, requests: SavedRequests?)]) {
+        for change in changes { append("requests", Self.encode(change.requests, key: change.key)) }
     }
 
     func record(_ entry: HistoryEntry) {
@@ -235,6 +243,7 @@ final class StateFile {
         record((state.apps.values.map { .app($0) } + state.terminating.map { .terminating($0, $1) },
                 state.tasks.values.map { .task($0) }), nextTaskID: 0)
         record(quota: state.quota.keys.sorted().map { ($0, state.quota[$0]!) })
+        record(requests: state.requests.keys.sorted().map { ($0, state.requests[$0]) })
         lastNextTaskID = max(lastNextTaskID, state.nextTaskID)
         append("nextTaskId", .int(Int64(lastNextTaskID)))
         let whole = pending
@@ -280,6 +289,7 @@ final class StateFile {
         if let deadline = app.transitionDeadline { object["transitionDeadline"] = .int(deadline.nanoseconds) }
         if let key = app.quotaKey { object["quotaKey"] = .string(key) }
         if let since = app.holdingSince { object["holdingSince"] = .int(since.nanoseconds) }
+        if let key = app.requestKey { object["requestKey"] = .string(key) }
         if app.warned { object["warned"] = .bool(true) }
         return .object(object)
     }

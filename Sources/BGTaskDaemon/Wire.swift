@@ -62,8 +62,33 @@ enum Wire {
             object["reason"] = .string(reason)
             if let payload, let value = try? JSON.parse(payload) { object["payload"] = value }
             object["backgroundTimeRemaining"] = seconds(remaining)
+        case let .launchTask(identifier, kind, id, remaining):
+            object[Field.identifier] = .string(identifier)
+            object[Field.kind] = .string(kind.rawValue)
+            object["taskId"] = .int(Int64(id))
+            object["backgroundTimeRemaining"] = seconds(remaining)
         }
         return object
+    }
+
+    /// A request as its app sees it (`GetPendingTaskRequests`): its date from now.
+    static func request(_ request: TaskRequest, at now: Instant) -> JSON {
+        .object([
+            Field.identifier: .string(request.identifier), Field.kind: .string(request.kind.rawValue),
+            "earliestBeginDate": seconds(max(.zero, request.earliestBegin - now)),
+            "requiresExternalPower": .bool(request.requiresExternalPower),
+            "requiresNetworkConnectivity": .bool(request.requiresNetworkConnectivity),
+            "interval": seconds(request.interval),
+        ])
+    }
+
+    /// A request as a manager sees it (`ListTaskRequests`).
+    static func scheduledRequest(_ snapshot: TaskRequestSnapshot, at now: Instant) -> JSON {
+        guard case var .object(object) = request(snapshot.request, at: now) else { return .null }
+        object["pid"] = snapshot.app.map { .int(Int64($0.pid)) } ?? .null
+        object["uid"] = .int(Int64(snapshot.uid))
+        object["waitingFor"] = .string(snapshot.waitingFor.rawValue)
+        return .object(object)
     }
 
     static func historyEntry(_ entry: HistoryEntry) -> JSON {
@@ -112,6 +137,15 @@ struct Parameters {
         return string
     }
 
+    /// Seconds within [0, `maximum`]: a finite number, never negative.
+    func optionalSeconds(_ name: String, maximum: Double) throws(VarlinkError) -> Duration? {
+        guard let value = values[name], !value.isNull else { return nil }
+        guard let seconds = value.doubleValue, seconds.isFinite, seconds >= 0, seconds <= maximum else {
+            throw .invalidParameter(name)
+        }
+        return .nanoseconds(Int64(seconds * 1e9))
+    }
+
     func optionalBool(_ name: String) throws(VarlinkError) -> Bool? {
         guard let value = values[name], !value.isNull else { return nil }
         guard let bool = value.boolValue else { throw .invalidParameter(name) }
@@ -155,6 +189,8 @@ extension BGTaskError {
         case let .noSuchUnit(unit): ErrorName.noSuchApp(["unit": .string(unit)])
         case let .invalidParameter(what): ErrorName.invalidParameter(["parameter": .string(what)])
         case let .stateNotWritable(path): ErrorName.stateNotWritable(["path": .string(path)])
+        case let .tooManyPendingTaskRequests(kind): ErrorName.tooManyPendingTaskRequests([Field.kind: .string(kind)])
+        case let .noSuchTaskRequest(identifier): ErrorName.noSuchTaskRequest([Field.identifier: .string(identifier)])
         }
     }
 }
@@ -169,6 +205,7 @@ extension EventName {
         case .taskExpiring: .taskExpiring
         case .taskExpired: .taskExpired
         case .didWake: .didWake
+        case .launchTask: .launchTask
         }
     }
 }

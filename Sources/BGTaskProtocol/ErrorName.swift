@@ -14,6 +14,10 @@ public enum ErrorName: String, CaseIterable, Sendable {
     case limitExceeded = "io.bgtaskd.App.LimitExceeded"
     /// The state file (`path`) cannot be written, so nothing may change.
     case stateNotWritable = "io.bgtaskd.App.StateNotWritable"
+    /// The app has as many requests of that `kind` pending as it may (1 refresh, 10 processing).
+    case tooManyPendingTaskRequests = "io.bgtaskd.App.TooManyPendingTaskRequests"
+    /// No request with that `identifier` is pending (or launched and not completed).
+    case noSuchTaskRequest = "io.bgtaskd.App.NoSuchTaskRequest"
     /// No app contains that process (`pid`), or no unit app has that name (`unit`).
     case noSuchApp = "io.bgtaskd.Manager.NoSuchApp"
     /// `Reload` found the configuration wrong (`message`); nothing was changed.

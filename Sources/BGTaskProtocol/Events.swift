@@ -15,6 +15,9 @@ public enum EventName: String, CaseIterable, Sendable {
     case taskExpiring
     case taskExpired
     case didWake
+    /// A scheduled request launched: `identifier`, `kind`, `taskId` (its task:
+    /// `SetTaskCompleted` ends it), `backgroundTimeRemaining`.
+    case launchTask
 }
 
 /// The fields of those events and of the App replies, by name.
@@ -29,6 +32,8 @@ public enum Field {
     public static let transitionTimeout = "transitionTimeout"
     public static let backgroundTimeRemaining = "backgroundTimeRemaining"
     public static let backgroundQuotaRemaining = "backgroundQuotaRemaining"
+    public static let identifier = "identifier"
+    public static let kind = "kind"
 }
 
 /// What both client libraries (BGTaskClient's ClientState, libbgtask's bgtask-state.c) go by.

@@ -22,9 +22,14 @@ public enum AppMethod: String, CaseIterable, Sendable {
     case getTimeRemaining = "GetTimeRemaining"
     case finishBackgroundTransition = "FinishBackgroundTransition"
     case finishWake = "FinishWake"
+    case submitTaskRequest = "SubmitTaskRequest"
+    case cancelTaskRequest = "CancelTaskRequest"
+    case cancelAllTaskRequests = "CancelAllTaskRequests"
+    case getPendingTaskRequests = "GetPendingTaskRequests"
+    case setTaskCompleted = "SetTaskCompleted"
 
     /// Whether the call only reads (answered even when the state cannot be written).
-    public var reads: Bool { self == .getTimeRemaining }
+    public var reads: Bool { self == .getTimeRemaining || self == .getPendingTaskRequests }
 }
 
 /// `io.bgtaskd.Manager`: the session manager's and the administrator's calls.
@@ -40,6 +45,8 @@ public enum ManagerMethod: String, CaseIterable, Sendable {
     case expire = "Expire"
     case getPolicy = "GetPolicy"
     case reload = "Reload"
+    case listTaskRequests = "ListTaskRequests"
+    case launchTask = "LaunchTask"
 }
 
 /// A method of one of the interfaces, as a call names it.

@@ -82,6 +82,22 @@ static inline int bgtask_proc_events_open(int receive_buffer_bytes) {
     return fd;
 }
 
+#include <linux/rtnetlink.h>
+#include <sys/inotify.h>
+
+/* A netlink socket bound to multicast `groups` of `protocol`, non-blocking: kernel uevents
+ * (NETLINK_KOBJECT_UEVENT, group 1) or route changes (NETLINK_ROUTE, RTMGRP_*_ROUTE). Any
+ * user may listen to both. */
+static inline int bgtask_netlink_listen(int protocol, unsigned groups) {
+    int fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, protocol);
+    if (fd < 0) return -errno;
+    struct sockaddr_nl address = { .nl_family = AF_NETLINK, .nl_groups = groups, .nl_pid = 0 };
+    if (bind(fd, (struct sockaddr *)&address, sizeof(address)) < 0) { int e = errno; close(fd); return -e; }
+    return fd;
+}
+
+static inline unsigned bgtask_route_groups(void) { return RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE; }
+
 /* One event of a received datagram: 1 = fork (parent, child), 2 = exit (pid, 0), 0 = other.
  * Threads are left out: a fork counts only when the child is a new process (tgid = pid). */
 static inline int bgtask_proc_event(const unsigned char *datagram, long length, int *first, int *second) {

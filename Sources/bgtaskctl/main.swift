@@ -8,6 +8,7 @@ let verbs: [String: (Context, [String]) throws -> Void] = [
     "status": StatusVerb.run, "apps": AppsVerb.run, "tasks": TasksVerb.run, "history": HistoryVerb.run,
     "background": StateVerb.background, "foreground": StateVerb.foreground, "terminate": TerminateVerb.run, "expire": ExpireVerb.run, "policy": PolicyVerb.run, "wake": WakeVerb.run,
     "monitor": MonitorVerb.run, "reload": ReloadVerb.run, "run": RunVerb.run,
+    "requests": RequestsVerb.run, "launch": RequestsVerb.launch,
 ]
 
 var arguments = Array(CommandLine.arguments.dropFirst())[...]
@@ -71,6 +72,7 @@ func explain(_ error: ClientError) -> String {
     case .invalidParameter?: return "invalid parameter: \(parameter("parameter"))"
     case .invalidConfiguration?: return "configuration not reloaded: \(parameter("message"))"
     case .limitExceeded?: return "limit reached: \(parameter("limit"))"
+    case .noSuchTaskRequest?: return "no pending request \(parameter("identifier")) for that app"
     default: return error.message
     }
 }

@@ -117,6 +117,9 @@ import Varlink
                     calls.append(name)
                 case .reconnect:
                     reconnect = true
+                case let .launch(identifier, kind, taskID):
+                    lifecycle.append("launchTask \(identifier) \(kind)")
+                    perform(state.begun(taskID, name: identifier, handler: taskID))  // as the library's scheduler does
                 }
             }
         }

@@ -88,7 +88,7 @@ import Testing
         var parsed = Configuration()
         try parsed.apply(fileText: config.rendered(), source: "rendered")
         #expect(parsed == config)
-        #expect(Configuration.keys.count == 20)
+        #expect(Configuration.keys.count == 28)
     }
 
     /// Every enum ↔ string table, one test: raw values are unique and round-trip.

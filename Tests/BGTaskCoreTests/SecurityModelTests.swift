@@ -128,6 +128,8 @@ import Testing
             .taskExpired: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a0b", .taskEnded: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a0c",
             .taskAgeWarning: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a0d", .appExpired: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a0e",
             .appIsolated: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a0f", .appWoken: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a10",
+            .requestSubmitted: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a11", .requestLaunched: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a12",
+            .requestCompleted: "6b3f0e2a9c4d4e1f8a5b7c9d0e1f2a13",
         ]
         #expect(LogKind.allCases.count == pinned.count, "a new kind needs a new, fixed ID here")
         for kind in LogKind.allCases {

@@ -55,12 +55,41 @@ import Varlink
         let (code, output) = try SystemdTests.run(["/usr/bin/nm", "-D", "--defined-only", prefix + "/lib/libbgtask.so.0"])
         #expect(code == 0)
         let names = output.split(separator: "\n").compactMap { $0.split(separator: " ").last.map(String.init) }
-        #expect(names.count == 17, "\(names)")
-        // Every function is bgtask_*, at the version LIBBGTASK_0 (the version node itself is
-        // the one other name nm lists).
-        #expect(names.allSatisfy { $0 == "LIBBGTASK_0" || ($0.hasPrefix("bgtask_") && $0.hasSuffix("@@LIBBGTASK_0")) }, "\(names)")
+        #expect(names.count == 22, "\(names)")
+        // Every function is bgtask_*, at the version LIBBGTASK_0, or LIBBGTASK_0.1 for scheduled
+        // work (added later: the version nodes themselves are the two other names nm lists).
+        let scheduling: Set = ["bgtask_app_set_launch_handler", "bgtask_submit", "bgtask_cancel_request", "bgtask_set_task_completed"]
+        #expect(names.allSatisfy { name in
+            let function = String(name.prefix { $0 != "@" })
+            return name == "LIBBGTASK_0" || name == "LIBBGTASK_0.1"
+                || name == function + (scheduling.contains(function) ? "@@LIBBGTASK_0.1" : "@@LIBBGTASK_0")
+        }, "\(names)")
         let (_, header) = try SystemdTests.run(["/usr/bin/readelf", "-d", prefix + "/lib/libbgtask.so.0"])
         #expect(header.contains("Library soname: [libbgtask.so.0]"))
+    }
+
+    /// Scheduled work in C: the example submits a refresh, is suspended, woken for its
+    /// launch, completes it and is suspended again.
+    @Test(.enabled(if: haveCompiler, "needs cc, pkg-config and make"))
+    func theScheduledExampleIsLaunchedAndSuspendedAgain() throws {
+        let prefix = try Self.installed()
+        defer { try? FileManager.default.removeItem(atPath: prefix) }
+        let binary = prefix + "/bgtask-scheduled"
+        let command = "cc -Wall -Werror -o \(binary) \(Self.repository)/examples/bgtask-scheduled.c $(pkg-config --cflags --libs bgtask)"
+        let (built, output) = try SystemdTests.run(["/bin/sh", "-c", command],
+                                                   environment: ["PATH=/usr/bin:/bin", "PKG_CONFIG_PATH=\(prefix)/lib/pkgconfig"])
+        try #require(built == 0, "\(output)")
+        let daemon = try TestDaemon(["CoalesceWindowSec=0"])
+        let app = try Spawned(binary, ["1"], environment: ["BGTASKD_SOCKET=\(daemon.socketPath)", "LD_LIBRARY_PATH=\(prefix)/lib"])
+        _ = try Self.lines(app, until: "submitted a refresh in 1s: ok")
+        try daemon.setState(app.pid, "background")
+        try waitUntil("suspended") { try daemon.app(app.pid)?["state"] == "suspended" }
+        let seen = try Self.lines(app, until: "submitted a refresh in 1s: ok")  // the next one, then completed
+        #expect(seen.contains { $0.hasPrefix("launched org.example.refresh (refresh, task ") }, "\(seen)")
+        try waitUntil("suspended again") {
+            try daemon.history().filter { $0["pid"]?.intValue == Int64(app.pid) && $0["action"] == "suspended" }.count == 2
+        }
+        #expect(try daemon.history().contains { $0["action"] == "woken" && $0["reason"] == "launch" })
     }
 
     /// Begin in did_enter_background, the expiration handler once, end, suspended; back in

@@ -54,6 +54,10 @@ import Varlink
         ("Limits", "MaxApps", "0"), ("Limits", "MaxTasksPerApp", "many"), ("Limits", "MaxConnectionsPerUser", "-5"),
         ("Limits", "MaxAppsPerUser", "all"), ("Limits", "MaxTasksPerUser", "0"),
         ("Limits", "MaxMessageBytes", "1T"), ("Access", "ManagerGroup", "wheel;rm -rf"),
+        ("Scheduling", "RefreshTimeSec", "soon"), ("Scheduling", "ProcessingTimeSec", "-1"),
+        ("Scheduling", "CoalesceWindowSec", "a while"), ("Scheduling", "DailyLaunches", "-1"),
+        ("Scheduling", "RequestRetentionSec", "forever"), ("Scheduling", "PowerSupplyPath", "relative/path"),
+        ("Limits", "MaxTaskRequestsPerUser", "0"), ("Limits", "MaxTaskRequests", "lots"),
     ]
 
     @Test func everyBadValueIsRejectedNamingFileAndLine() throws {

@@ -7,7 +7,7 @@ import TestSupport
 /// A project people may ship: its license on every file, help on every verb.
 @Suite struct ProjectTests {
     static let verbs = ["status", "apps", "tasks", "history", "monitor", "background", "foreground", "terminate",
-                        "expire", "policy", "wake", "reload", "run", "help"]
+                        "expire", "policy", "wake", "reload", "run", "requests", "launch", "help"]
 
     /// Every file under Sources/, Tools/, libbgtask/, Tests/ and scripts/ starts with an SPDX
     /// line (after its `#!` line, if it has one); the fuzz corpus and the client vectors are

@@ -29,6 +29,8 @@ public func fuzzClientState(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
             case .enterForeground: state.foregroundDelegateReturned()
             case .wake: perform(state.wakeCompleted(at: now))
             case .send, .reconnect: break
+            case let .launch(_, _, taskID):  // as the scheduler does, with a handler of its own
+                perform(state.begun(taskID, name: "", handler: nil))
             }
         }
     }

@@ -38,6 +38,15 @@ static void expired(bgtask_app *app, uint64_t id, bgtask_expiration_reason reaso
 
 static void entered(bgtask_app *app, void *userdata) { (void)app; (void)userdata; append_to(lifecycle, sizeof(lifecycle), "\"didEnterBackground\""); }
 static void entering(bgtask_app *app, void *userdata) { (void)app; (void)userdata; append_to(lifecycle, sizeof(lifecycle), "\"willEnterForeground\""); }
+static void launched(bgtask_app *app, const char *identifier, bgtask_request_kind kind, uint64_t id, void *userdata) {
+    (void)app;
+    (void)id;
+    (void)userdata;
+    char entry[512];
+    snprintf(entry, sizeof(entry), "\"launchTask %s %s\"", identifier, kind == BGTASK_REQUEST_PROCESSING ? "processing" : "refresh");
+    append_to(lifecycle, sizeof(lifecycle), entry);
+}
+
 static void woke(bgtask_app *app, const char *reason, const char *payload, void *userdata) {
     (void)app;
     (void)userdata;
@@ -90,10 +99,13 @@ static bgtask_app *new_app(void) {
     app->did_enter_background = entered;
     app->will_enter_foreground = entering;
     app->did_wake = woke;
+    app->did_launch = launched;
+    app->launch_expired = expired;
     return app;
 }
 
 static void free_app(bgtask_app *app) {
+    for (size_t i = 0; i < app->n_tasks; i++) free(app->tasks[i].launch);
     for (size_t i = 0; i < app->n_expiries; i++) free(app->expiries[i].detail);
     free(app->expiries);
     free(app->outbox);

@@ -15,6 +15,14 @@
 //                          completion handler at once, twice), ignore (never), keep (begins a
 //                          task it keeps, then completes)                → {"wakeMode": MODE}
 // Wakes: {"wake": REASON, "payload": {...} or null, "completed": REALTIME_NS (when it did)}.
+//   register ID MODE       BGTaskScheduler.register: the launch handler reports; MODE complete
+//                          completes at once, hold keeps it until `complete ID` (its
+//                          expiration handler reports, then completes as failed)  → {"registered": ID}
+//   submit KIND ID AFTER [power] [network]   BGTaskScheduler.submit     → {"submitted": ID} or {"submitError": CODE}
+//   complete ID            setTaskCompleted(success: true)             → {"completed": ID}
+//   pending                getPendingTaskRequests                      → {"pending": [ID...]}
+//   cancel ID              cancel(taskRequestWithIdentifier:)          → {"cancelled": ID}
+// Launches: {"launched": ID, "kind": "refresh"|"processing", "state": ...}, {"launchExpired": ID}.
 //   exit
 // Events: {"delegate": ...}, {"notification": ...}, {"expired": ID, "reason": ...}.
 import BGTaskClient
@@ -88,6 +96,25 @@ func begin(_ name: String, keep: Bool, in app: BackgroundApplication) {
     emit(["begin": .int(Int64(begun.rawValue)), "name": .string(name)])
 }
 
+let launches = Locked<[String: BGTask]>([:])
+
+func register(_ identifier: String, mode: String) {
+    let registered = BGTaskScheduler.shared.register(forTaskWithIdentifier: identifier, using: nil) { task in
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        emit(["launched": .string(task.identifier), "kind": .string(task is BGProcessingTask ? "processing" : "refresh"),
+              "state": .string(app.applicationState.description),
+              "at": .int(Int64(now.tv_sec) * 1_000_000_000 + Int64(now.tv_nsec))])
+        if mode == "complete" { return task.setTaskCompleted(success: true) }
+        launches.withLock { $0[task.identifier] = task }
+        task.expirationHandler = {
+            emit(["launchExpired": .string(task.identifier)])
+            task.setTaskCompleted(success: false)
+        }
+    }
+    emit(["registered": .string(identifier), "new": .bool(registered)])
+}
+
 let arguments = CommandLine.arguments
 let socket = arguments.count > 2 && arguments[1] == "--socket" ? arguments[2] : nil
 let queue = DispatchQueue(label: "handlers")
@@ -153,6 +180,43 @@ while let line = readLine() {
     case "wake-mode"?:
         delegate.wakeMode = words.count > 1 ? words[1] : "complete"
         emit(["wakeMode": .string(delegate.wakeMode)])
+    case "register"?: register(words.count > 1 ? words[1] : "", mode: words.count > 2 ? words[2] : "complete")
+    case "submit"?:
+        guard words.count >= 4, let after = Double(words[3]) else { emit(["error": "submit KIND ID AFTER"]); continue }
+        let request: BGTaskRequest
+        if words[1] == "processing" {
+            let processing = BGProcessingTaskRequest(identifier: words[2])
+            processing.requiresExternalPower = words.contains("power")
+            processing.requiresNetworkConnectivity = words.contains("network")
+            request = processing
+        } else {
+            request = BGAppRefreshTaskRequest(identifier: words[2])
+        }
+        request.earliestBeginDate = Date(timeIntervalSinceNow: after)
+        do {
+            try BGTaskScheduler.shared.submit(request)
+            emit(["submitted": .string(words[2])])
+        } catch let error as BGTaskScheduler.Error {
+            emit(["submitError": .string("\(error.code)"), "message": .string(error.message)])
+        } catch {
+            emit(["submitError": .string("\(error)")])
+        }
+    case "complete"?:
+        let identifier = words.count > 1 ? words[1] : ""
+        launches.withLock { $0.removeValue(forKey: identifier) }?.setTaskCompleted(success: true)
+        emit(["completed": .string(identifier)])
+    case "pending"?:
+        let done = DispatchSemaphore(value: 0)
+        let found = Locked<[String]>([])
+        BGTaskScheduler.shared.getPendingTaskRequests { requests in
+            found.withLock { $0 = requests.map(\.identifier).sorted() }
+            done.signal()
+        }
+        done.wait()
+        emit(["pending": .array(found.withLock { $0 }.map { .string($0) })])
+    case "cancel"?:
+        BGTaskScheduler.shared.cancel(taskRequestWithIdentifier: words.count > 1 ? words[1] : "")
+        emit(["cancelled": .string(words.count > 1 ? words[1] : "")])
     case "exit"?: exit(0)
     default: emit(["error": .string("unknown command '\(line)'")])
     }

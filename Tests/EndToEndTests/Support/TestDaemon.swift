@@ -29,9 +29,10 @@ final class TestDaemon {
     /// (to restart on the same socket) or a fresh temporary one.
     /// With `connecting: false` it is taken as ready from its log ("serving on"), without a
     /// connection: a test can then see what the daemon does before any client comes.
-    /// With `cgroup`, the daemon starts in that cgroup (as under systemd, in a unit of its own).
+    /// With `cgroup`, the daemon starts in that cgroup (as under systemd, in a unit of its own);
+    /// with `wrapper`, under that command (`unshare -n --`: a network namespace of its own).
     init(_ settings: [String] = [], extraArguments: [String] = [], directory reused: String? = nil,
-         connecting: Bool = true, cgroup: Cgroup? = nil, environment extra: [String] = []) throws {
+         connecting: Bool = true, cgroup: Cgroup? = nil, environment extra: [String] = [], wrapper: [String] = []) throws {
         if let reused {
             directory = reused
         } else {
@@ -57,6 +58,9 @@ final class TestDaemon {
         if let cgroup {
             let enter = "echo $$ > \(cgroup.directory)/cgroup.procs && exec \"$0\" \"$@\""
             process = try Spawned("/bin/sh", ["-c", enter, Binaries.path("bgtaskd")] + arguments,
+                                  environment: ["PATH=/usr/bin:/bin"] + sanitizers + extra, standardError: .file(logPath))
+        } else if let command = wrapper.first {
+            process = try Spawned(command, Array(wrapper.dropFirst()) + [Binaries.path("bgtaskd")] + arguments,
                                   environment: ["PATH=/usr/bin:/bin"] + sanitizers + extra, standardError: .file(logPath))
         } else {
             process = try Spawned(Binaries.path("bgtaskd"), arguments, environment: ["PATH=/usr/bin:/bin"] + sanitizers + extra,
