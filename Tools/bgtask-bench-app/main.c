@@ -81,7 +81,7 @@ static int signal_all(int signal, const char *path) {
 int main(int argc, char **argv) {
     if (argc == 4 && strcmp(argv[1], "--signal") == 0) return signal_all(atoi(argv[2]), argv[3]);
     if (argc < 3) {
-        fprintf(stderr, "usage: bgtask-bench-app SOCKET TASKS [subscribe|hold]\n       bgtask-bench-app --signal SIGNAL PIDFILE\n");
+        fprintf(stderr, "usage: bgtask-bench-app SOCKET TASKS [subscribe|hold|requests]\n       bgtask-bench-app --signal SIGNAL PIDFILE\n");
         return 2;
     }
     int tasks = atoi(argv[2]);
@@ -100,6 +100,19 @@ int main(int argc, char **argv) {
         subscription = connect_to(argv[1]);
         if (subscription < 0 || write_all(subscription, subscribe, sizeof(subscribe)) < 0 ||
             read_replies(subscription, 1) < 0) { fprintf(stderr, "Subscribe failed\n"); return 1; }
+    }
+    if (argc > 3 && strcmp(argv[3], "requests") == 0) {
+        /* 1 refresh and 9 processing requests, due in a day: pending, and nothing to do. */
+        int calls = connect_to(argv[1]);
+        for (int i = 0; i < 10 && calls >= 0; i++) {
+            char request[256];
+            int n = snprintf(request, sizeof(request),
+                             "{\"method\":\"io.bgtaskd.App.SubmitTaskRequest\",\"parameters\":{\"identifier\":\"bench.%d\","
+                             "\"kind\":\"%s\",\"earliestBeginDate\":86400}}", i, i == 0 ? "refresh" : "processing");
+            if (write_all(calls, request, (size_t)n + 1) < 0) calls = -1;
+        }
+        if (calls < 0 || read_replies(calls, 10) < 0) { fprintf(stderr, "SubmitTaskRequest failed\n"); return 1; }
+        close(calls);
     }
     int held = -1;
     if (argc > 3 && strcmp(argv[3], "hold") == 0) {

@@ -114,6 +114,10 @@ final class Child {
         return (Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0) * 1024
     }
 
+    /// Times the daemon was scheduled (voluntary and involuntary context switches): its
+    /// wake-ups. (A kibibyte-scaled field: `status` multiplies by 1024, undone here.)
+    var contextSwitches: Int { (status("voluntary_ctxt_switches:") + status("nonvoluntary_ctxt_switches:")) / 1024 }
+
     /// User plus system CPU time in clock ticks (`/proc/PID/stat` fields 14 and 15).
     var cpuTicks: Int {
         let text = (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)) ?? ""
@@ -238,7 +242,8 @@ final class BenchApps {
 
     /// Spawns `count` apps, each beginning `tasks` tasks (and `mode`: subscribe or hold), and
     /// waits until each reported in; returns their pids.
-    func spawn(_ count: Int, tasks: Int, mode: String? = nil) throws -> [Int32] {
+    /// `executables`: the binary of each (hard links of the app: apps of their own, by key).
+    func spawn(_ count: Int, tasks: Int, mode: String? = nil, executables: [String]? = nil) throws -> [Int32] {
         var spawned: [Int32] = []
         var ready = 0
         func drain() throws {
@@ -250,8 +255,9 @@ final class BenchApps {
                 }
             }
         }
-        for _ in 0..<count {
-            let arguments = [binaryDirectory + "/bgtask-bench-app", socket, String(tasks)] + (mode.map { [$0] } ?? [])
+        for index in 0..<count {
+            let binary = executables.map { $0[index % $0.count] } ?? binaryDirectory + "/bgtask-bench-app"
+            let arguments = [binary, socket, String(tasks)] + (mode.map { [$0] } ?? [])
             spawned.append(try Subprocess.spawn(arguments, stdin: .descriptor(stdinRead.rawValue),
                                                 stdout: .descriptor(stdoutWrite.rawValue), stderr: .file("/dev/null")).pid)
             if spawned.count % 200 == 0 { try drain() }

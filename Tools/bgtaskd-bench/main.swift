@@ -43,7 +43,7 @@ if arguments.first == "--soak" {
     try Soak.run(seconds: Double(arguments.count > 1 ? arguments[1] : "600") ?? 600, apps: apps)
 }
 var quick = false, apps = 10_000, tasksPerApp = 10, jsonPath: String? = nil
-let allSections = ["startup", "roundtrip", "idle", "scale", "bursts", "logind", "instructions"]
+let allSections = ["startup", "roundtrip", "idle", "requests", "scale", "bursts", "logind", "instructions"]
 var sections = Set(allSections)
 while let argument = arguments.first {
     arguments.removeFirst()
@@ -180,6 +180,36 @@ if sections.contains("idle") {
     results["idle"] = .object(["seconds": .double(idleSeconds), "cpuTicks": .int(Int64(idleTicks))])
     row("idle CPU over \(format(idleSeconds, 0))s (clock ticks)", "\(idleTicks)", "", check(Double(idleTicks), "≤", 0, key: "idleTicks", ratio: false))
     idleDaemon.stop()
+}
+
+// MARK: Scheduled requests: 1,000 pending from 100 apps cost memory, and no wake-up
+if sections.contains("requests") {
+    let daemon = try BenchDaemon([])
+    let fleet = try BenchApps(socket: daemon.socketPath)
+    _ = try fleet.spawn(100, tasks: 0)  // registered first: the requests' memory alone below
+    let before = daemon.child.residentBytes
+    // 100 apps: copies of the bench app (a small C binary), each its own app key (its
+    // executable's path).
+    let links = (0..<100).map { daemon.directory + "/bench-app-\($0)" }
+    for link in links { try FileManager.default.copyItem(atPath: binaryDirectory + "/bgtask-bench-app", toPath: link) }
+    let requesters = try BenchApps(socket: daemon.socketPath)
+    _ = try requesters.spawn(100, tasks: 0, mode: "requests", executables: links)
+    let after = daemon.child.residentBytes
+    let pending = try VarlinkConnection(path: daemon.socketPath).call(.manager(.listTaskRequests))["requests"]?.arrayValue?.count ?? 0
+    let perRequest = Double(after - before) / Double(max(1, pending))  // 100 apps' records too: an upper bound
+    Thread.sleep(forTimeInterval: 0.5)  // the submissions' last state writes settle
+    let ticksBefore = daemon.child.cpuTicks, switchesBefore = daemon.child.contextSwitches
+    Thread.sleep(forTimeInterval: idleSeconds)  // the measurement itself: time with nothing due
+    let ticks = daemon.child.cpuTicks - ticksBefore, wakeups = daemon.child.contextSwitches - switchesBefore
+    results["requests"] = .object(["pending": .int(Int64(pending)), "bytesPerRequest": .double(perRequest),
+                                   "idleSeconds": .double(idleSeconds), "cpuTicks": .int(Int64(ticks)),
+                                   "wakeups": .int(Int64(wakeups))])
+    row("\(pending) pending requests of 100 apps: memory each", "\(Int(perRequest)) bytes", "with the apps' own records", "")
+    row("idle wake-ups with them over \(format(idleSeconds, 0))s", "\(wakeups) (\(ticks) clock ticks)", "",
+        check(Double(wakeups), "≤", 0, key: "requestsIdleWakeups", ratio: false))
+    requesters.end()
+    fleet.end()
+    daemon.stop()
 }
 
 if sections.contains("scale") { try scaleSection(apps: apps, tasksPerApp: tasksPerApp, quick: quick, echoPath: echoPath) }
