@@ -34,6 +34,7 @@ extension BackgroundModel {
             }
         }
         book.requests = others + [request]
+        if requestBook[key] == nil { makeRoomForKey(of: record.uid) }
         setBook(book, of: key)
         effects.append(.log(.app(.requestSubmitted, .info, app, uid: record.uid, command: record.command,
                                  "submitted \(request.kind.rawValue) request \(request.identifier)")))
@@ -258,6 +259,19 @@ extension BackgroundModel {
     }
 
     // MARK: Bookkeeping
+
+    /// Keys kept per uid with nothing pending (only their launches counted, for
+    /// `DailyLaunches`): past this, the idlest goes, so a user minting executables cannot
+    /// grow the table (keys with requests are bounded by `MaxTaskRequestsPerUser`).
+    static var maximumIdleKeysPerUser: Int { 256 }
+
+    private mutating func makeRoomForKey(of uid: UInt32) {
+        let idle = requestBook.filter { $0.value.uid == uid && $0.value.requests.isEmpty }
+        guard idle.count >= Self.maximumIdleKeysPerUser,
+              let idlest = idle.min(by: { ($0.value.lastSeen, $0.key) < ($1.value.lastSeen, $1.key) })?.key else { return }
+        if let app = appOfRequestKey.removeValue(forKey: idlest) { requestKeyOfApp[app] = nil; apps[app]?.requestKey = nil }
+        setBook(nil, of: idlest)
+    }
 
     /// Keys with no process running for `RequestRetentionSec` are forgotten.
     private mutating func forgetStaleKeys(at now: Instant) {

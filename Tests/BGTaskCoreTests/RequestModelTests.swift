@@ -166,6 +166,25 @@ import Testing
         }
     }
 
+    /// A user minting executables (each a key of its own) cannot grow the table: keys with
+    /// nothing pending are bounded per user.
+    @Test func idleKeysOfAUserAreBounded() throws {
+        var harness = Self.harness()
+        let app = try Self.suspended(&harness)
+        for index in 0..<300 {
+            // Each key launched once (its launch counted for a day), then left.
+            let key = "uid 1000 exe /tmp/copy\(index)"
+            let request = TaskRequest(identifier: "r", kind: .refresh, earliestBegin: harness.now)
+            try harness.model.submitTaskRequest(request, from: app, key: key, at: harness.now, effects: &harness.effects)
+            harness.at(Double(harness.now.nanoseconds) / 1e9 + 0.001)
+            try harness.model.setTaskCompleted("r", success: true, of: app, at: harness.now, effects: &harness.effects)
+            harness.model.detachRequests(of: app, at: harness.now)
+            harness.model.apps[app]?.requestKey = nil
+        }
+        #expect(Self.launches(harness.take()).count == 300)
+        #expect(harness.model.requestBook.count == BackgroundModel.maximumIdleKeysPerUser)
+    }
+
     @Test func dailyLaunchesUsedUpWaitForTheWindow() throws {
         var harness = Self.harness { $0.dailyLaunches = 1; $0.quotaWindow = .seconds(3600) }
         let app = try Self.suspended(&harness)
