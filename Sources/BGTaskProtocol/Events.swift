@@ -22,18 +22,18 @@ public enum EventName: String, CaseIterable, Sendable {
 
 /// The fields of those events and of the App replies, by name.
 public enum Field {
-    public static let event = "event"
-    public static let state = "state"
-    public static let taskId = "taskId"
-    public static let taskIds = "taskIds"
-    public static let expiringTaskIds = "expiringTaskIds"
-    public static let reason = "reason"
-    public static let payload = "payload"
-    public static let transitionTimeout = "transitionTimeout"
-    public static let backgroundTimeRemaining = "backgroundTimeRemaining"
-    public static let backgroundQuotaRemaining = "backgroundQuotaRemaining"
-    public static let identifier = "identifier"
-    public static let kind = "kind"
+    @inlinable public static var event: String { "event" }
+    @inlinable public static var state: String { "state" }
+    @inlinable public static var taskId: String { "taskId" }
+    @inlinable public static var taskIds: String { "taskIds" }
+    @inlinable public static var expiringTaskIds: String { "expiringTaskIds" }
+    @inlinable public static var reason: String { "reason" }
+    @inlinable public static var payload: String { "payload" }
+    @inlinable public static var transitionTimeout: String { "transitionTimeout" }
+    @inlinable public static var backgroundTimeRemaining: String { "backgroundTimeRemaining" }
+    @inlinable public static var backgroundQuotaRemaining: String { "backgroundQuotaRemaining" }
+    @inlinable public static var identifier: String { "identifier" }
+    @inlinable public static var kind: String { "kind" }
 }
 
 /// What both client libraries (BGTaskClient's ClientState, libbgtask's bgtask-state.c) go by.

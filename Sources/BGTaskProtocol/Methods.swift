@@ -55,9 +55,19 @@ public enum Method: Equatable, Sendable {
     case app(AppMethod)
     case manager(ManagerMethod)
 
+    /// Every method by its qualified name: one hash per call, no split (this is on every
+    /// call's path; a String enum's `init(rawValue:)` compares case by case).
+    private static let byName: [String: Method] = Dictionary(uniqueKeysWithValues:
+        (ServiceMethod.allCases.map(Method.service) + AppMethod.allCases.map(Method.app)
+            + ManagerMethod.allCases.map(Method.manager)).map { ($0.qualified, $0) })
+
     /// The method a fully qualified name means; the error names what is unknown: the
     /// interface (`InterfaceNotFound`) or the method in it (`MethodNotFound`).
     public init(qualified name: String) throws(VarlinkError) {
+        if let known = Self.byName[name] {
+            self = known
+            return
+        }
         let (interface, member) = VarlinkCall.split(name)
         switch Interface(rawValue: interface) {
         case .service?: if let m = ServiceMethod(rawValue: member) { self = .service(m); return }
