@@ -99,7 +99,7 @@ public final class BGTaskScheduler: @unchecked Sendable {
         let task: BGTask = kind == "processing" ? BGProcessingTask(identifier, taskID, app) : BGAppRefreshTask(identifier, taskID, app)
         guard let registration = registrations.withLock({ $0[identifier] }) else {
             BackgroundApplication.emit("No launch handler registered for '\(identifier)'; completed as failed")
-            return (task, { task.setTaskCompleted(success: false) })
+            return (task, { app.queue.async { task.setTaskCompleted(success: false) } })  // a call: not on the event thread
         }
         return (task, {
             (registration.queue ?? app.queue).async { registration.handler(task) }

@@ -68,7 +68,8 @@ extension BackgroundModel {
                                           at now: Instant, effects: inout [Effect]) throws(BGTaskError) {
         guard let record = apps[app] else { throw .noSuchApp(app.pid) }
         // A launch is its task: after a daemon restart, the task the daemon began, by name.
-        let id = launchesInFlight.first(where: { $0.value.app == app && $0.value.request.identifier == identifier })?.key
+        // Looked up among the app's own tasks: no other user's launches are read.
+        let id = record.taskIDs.first { launchesInFlight[$0]?.request.identifier == identifier }
             ?? record.taskIDs.first { tasks[$0]?.owner == app && tasks[$0]?.connection == nil && tasks[$0]?.name == identifier }
         guard let id else { throw .noSuchTaskRequest(identifier) }
         effects.append(.log(.app(.requestCompleted, .info, app, uid: record.uid, command: record.command,
@@ -109,7 +110,9 @@ extension BackgroundModel {
 
     /// Pending requests: of one app, of the apps of `uid`, or all; by key, then identifier.
     public func listTaskRequests(of app: ProcessIdentity? = nil, ownedBy uid: UInt32? = nil, at now: Instant) -> [TaskRequestSnapshot] {
-        let keys = app.map { requestKeyOfApp[$0].map { [$0] } ?? [] } ?? Array(requestBook.keys)
+        // One user's listing reads that user's keys only (`requestKeysByUID`).
+        let keys = app.map { requestKeyOfApp[$0].map { [$0] } ?? [] }
+            ?? uid.map { Array(requestKeysByUID[$0] ?? []) } ?? Array(requestBook.keys)
         var result: [TaskRequestSnapshot] = []
         for key in keys.sorted() {
             guard let book = requestBook[key], uid == nil || book.uid == uid else { continue }
@@ -247,7 +250,10 @@ extension BackgroundModel {
                 again.earliestBegin = now + interval
                 book.requests.append(again)
             }
-            book.launches = book.launches.filter { $0 > now - configuration.quotaWindow } + [now]
+            // Bounded: `DailyLaunches` counts at most this many (a user launching its own app
+            // in a loop with `LaunchTask` cannot grow the record).
+            book.launches = (book.launches.filter { $0 > now - configuration.quotaWindow } + [now])
+                .suffix(Self.maximumCountedLaunches)
             effects.append(.lifecycle(app, uid: record.uid, .launchTask(identifier: request.identifier, kind: request.kind,
                                                                        taskID: task.id,
                                                                        backgroundTimeRemaining: remaining(apps[app]!, at: now))))
@@ -264,11 +270,15 @@ extension BackgroundModel {
     /// `DailyLaunches`): past this, the idlest goes, so a user minting executables cannot
     /// grow the table (keys with requests are bounded by `MaxTaskRequestsPerUser`).
     static var maximumIdleKeysPerUser: Int { 256 }
+    /// Launches kept per key for `DailyLaunches` (which accepts no more than this).
+    public static var maximumCountedLaunches: Int { 256 }
 
     private mutating func makeRoomForKey(of uid: UInt32) {
-        let idle = requestBook.filter { $0.value.uid == uid && $0.value.requests.isEmpty }
+        let idle = (requestKeysByUID[uid] ?? []).compactMap { key in
+            requestBook[key].flatMap { $0.requests.isEmpty ? (key, $0.lastSeen) : nil }
+        }
         guard idle.count >= Self.maximumIdleKeysPerUser,
-              let idlest = idle.min(by: { ($0.value.lastSeen, $0.key) < ($1.value.lastSeen, $1.key) })?.key else { return }
+              let idlest = idle.min(by: { ($0.1, $0.0) < ($1.1, $1.0) })?.0 else { return }
         if let app = appOfRequestKey.removeValue(forKey: idlest) { requestKeyOfApp[app] = nil; apps[app]?.requestKey = nil }
         setBook(nil, of: idlest)
     }
@@ -291,12 +301,15 @@ extension BackgroundModel {
             requestsPerUID[old.uid, default: 0] -= old.requests.count
             requestTotal -= old.requests.count
             if requestsPerUID[old.uid] == 0 { requestsPerUID[old.uid] = nil }
+            requestKeysByUID[old.uid]?.remove(key)
+            if requestKeysByUID[old.uid]?.isEmpty == true { requestKeysByUID[old.uid] = nil }
         }
         let keep = book.flatMap { $0.requests.isEmpty && $0.launches.isEmpty && appOfRequestKey[key] == nil ? nil : $0 }
         requestBook[key] = keep
         if let keep {
             requestsPerUID[keep.uid, default: 0] += keep.requests.count
             requestTotal += keep.requests.count
+            requestKeysByUID[keep.uid, default: []].insert(key)
         }
         requestChanges.insert(key)
     }

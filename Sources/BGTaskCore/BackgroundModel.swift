@@ -62,6 +62,7 @@ public struct BackgroundModel {
     /// When the requests are next looked at (a pass launches what is due then).
     public internal(set) var requestPassAt: Instant?
     var requestsPerUID: [UInt32: Int] = [:]
+    var requestKeysByUID: [UInt32: Set<String>] = [:]
     var requestTotal = 0
     var requestChanges: Set<String> = []
     /// Tasks in creation order, for the age warning. Its delay is one constant, so the

@@ -50,8 +50,8 @@ extension Configuration {
         span("Scheduling", "CoalesceWindowSec", \.coalesceWindow),
         ConfigurationKey(section: "Scheduling", name: "DailyLaunches", apply: { config, text in
             if text.isEmpty { config.dailyLaunches = nil; return nil }
-            guard let value = Int(text), value >= 0, value <= 1_000_000 else {
-                return "expected a whole number from 0 to 1000000, or nothing for no limit, got '\(text)'"
+            guard let value = Int(text), value >= 0, value <= BackgroundModel.maximumCountedLaunches else {
+                return "expected a whole number from 0 to \(BackgroundModel.maximumCountedLaunches), or nothing for no limit, got '\(text)'"
             }
             config.dailyLaunches = value
             return nil

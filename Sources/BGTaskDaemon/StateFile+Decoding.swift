@@ -98,7 +98,7 @@ extension StateFile {
                                requiresNetworkConnectivity: item["network"]?.boolValue ?? false,
                                interval: interval.map { max($0, TaskRequest.minimumInterval) })
         }
-        let launches = try (value["launches"]?.arrayValue ?? []).suffix(100_000).map { try instant($0) }
+        let launches = try (value["launches"]?.arrayValue ?? []).suffix(BackgroundModel.maximumCountedLaunches).map { try instant($0) }
         return (key, SavedRequests(uid: try uid(value["uid"]), requests: requests, lastSeen: try instant(value["lastSeen"]),
                                    launches: launches))
     }
