@@ -73,6 +73,9 @@ import Varlink
         _ = try app.next(timeout: 1) { $0["launched"] != nil }
         #expect(Clock.monotonicNanoseconds() - plugged < 1_000_000_000)
         #expect(try daemon.app(app.pid)?["state"] == "background")
+        // Mid-run: once the launch's task is granted (unplugged before its grant, it would be
+        // denied, and the app kept to its deadline: see the closing note).
+        try waitUntil("the launch granted") { try daemon.tasks(app.pid).first?["state"] == "granted" }
         try writeFile(power + "/AC/online", Array("0\n".utf8))  // unplugged mid-run: warned, then suspended
         _ = try app.next(timeout: 2) { $0["launchExpired"] == "org.example.backup" }
         _ = try WakeEndToEndTests.next(monitor) { $0["event"] == "woken" }
