@@ -167,10 +167,12 @@ public final class PipelinedConnection<Tag> {
     public var wantsWrite: Bool { !output.isEmpty }
 
     /// Queues `call` and writes what the socket takes now.
-    public func send(_ call: VarlinkCall, tag: Tag) throws(ClientError) {
+    /// Queues `call` and writes what the socket takes now (`flush: false`: queued only, so
+    /// that many calls go out in one write, and the daemon reads them in one pass).
+    public func send(_ call: VarlinkCall, tag: Tag, flush: Bool = true) throws(ClientError) {
         output += call.json.varlinkFrame
         unanswered.append(tag)
-        try flush()
+        if flush { try self.flush() }
     }
 
     /// Writes what the socket takes now.

@@ -48,14 +48,16 @@ extension Daemon {
                 let entry = HistoryEntry(realtimeNanoseconds: Clock.realtimeNanoseconds(), record: record)
                 history.append(entry)
                 stateFile.record(entry)
-                broadcast(["event": .string(record.action.rawValue), "entry": Wire.historyEntry(entry)], uid: record.uid)
+                if !monitors.isEmpty {
+                    broadcast(["event": .string(record.action.rawValue), "entry": Wire.historyEntry(entry)], uid: record.uid)
+                }
             case let .kill(process, uid):
                 writeState()
                 enforcer.kill(process, uid: uid)
             case let .watch(process):
                 watch(process)
             case let .unwatch(process):
-                watches[process] = nil
+                forgetWatch(process)
                 tracker?.stop(process)
             case let .log(entry):
                 log(entry)
@@ -96,12 +98,18 @@ extension Daemon {
             return
         }
         watches[process] = (pidfd, source)
+        watchedByPID[process.pid] = process
         if model.containment(of: process) == .tracked { tracker?.follow(process, root: pidfd) }
         isolateIfAllowed(process)
     }
 
-    func processExited(_ process: ProcessIdentity) {
+    func forgetWatch(_ process: ProcessIdentity) {
         watches[process] = nil
+        if watchedByPID[process.pid] == process { watchedByPID[process.pid] = nil }
+    }
+
+    func processExited(_ process: ProcessIdentity) {
+        forgetWatch(process)
         tracker?.stop(process)
         enforcer.forget(process, at: loop.now)
         deferredSuspensions.remove(process)

@@ -72,6 +72,9 @@ public final class Daemon {
 
     /// The processes the model asked to watch, each held by pidfd.
     var watches: [ProcessIdentity: (pidfd: Pidfd, source: EventSource)] = [:]
+    /// The watched processes by pid: how a manager's call naming an app's own pid finds it
+    /// without reading `/proc` (`managedApp`).
+    var watchedByPID: [Int32: ProcessIdentity] = [:]
     /// Pidfds resolved for the call being handled, for `watch` effects to take.
     var callPidfds: [ProcessIdentity: Pidfd] = [:]
     /// Watched processes found already gone; fed to the model after the current effects.
@@ -119,7 +122,7 @@ public final class Daemon {
             self.pass { _ in }
         }
         enforcer = try Enforcer(loop: loop, root: { [unowned self] app in self.watches[app]?.pidfd },
-                                tracked: { [unowned self] app in self.tracker?.members(of: app) ?? [] }) { priority, message in
+                                tracked: { [unowned self] app, known in self.tracker?.members(of: app, excluding: known) ?? [] }) { priority, message in
             Journal.log(priority: priority.rawValue, message: message.cEscaped)
         }
         enforcer.schedule = { [unowned self] wait, instant in
@@ -202,6 +205,15 @@ public final class Daemon {
     /// timer at the next deadline and keep `STATUS=` current.
     func pass(_ body: (Instant) -> Void) {
         let now = self.now
+        // The pass's log records go out together when it ends (`Journal.holding`).
+        let outermost = !Journal.holding
+        Journal.holding = true
+        defer {
+            if outermost {
+                Journal.flush()
+                Journal.holding = false
+            }
+        }
         if !retiredManagers.isEmpty { retiredManagers.removeAll() }
         // Before an app is terminated for time, what it already sent is read (rule 7a).
         let facing = model.appsFacingTermination(at: now)

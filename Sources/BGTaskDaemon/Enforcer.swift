@@ -55,8 +55,9 @@ final class Enforcer {
     /// every tree walk starts from it, never from a bare pid.
     let root: (ProcessIdentity) -> Pidfd?
     /// The processes the tracker saw forked by a process app's members, each held by a
-    /// pidfd checked to be the process forked (empty when not tracked).
-    let tracked: (ProcessIdentity) -> [Pidfd]
+    /// pidfd checked to be the process forked, but for the pids given (held already; empty
+    /// when not tracked).
+    let tracked: (ProcessIdentity, Set<Int32>) -> [Pidfd]
     /// The cgroup of each unit app acted on, as the action said (`adopt`): the model may
     /// have forgotten the app by the time an action is carried out.
     private var units: [ProcessIdentity: Cgroup] = [:]
@@ -75,7 +76,7 @@ final class Enforcer {
     /// Signal-suspended apps still to be checked in this sweep.
     private var sweep: [ProcessIdentity] = []
 
-    init(loop: EventLoop, root: @escaping (ProcessIdentity) -> Pidfd?, tracked: @escaping (ProcessIdentity) -> [Pidfd],
+    init(loop: EventLoop, root: @escaping (ProcessIdentity) -> Pidfd?, tracked: @escaping (ProcessIdentity, Set<Int32>) -> [Pidfd],
          log: @escaping (LogEntry.Priority, String) -> Void) throws(Errno) {
         self.loop = loop
         self.root = root
@@ -102,9 +103,9 @@ final class Enforcer {
            case let .success(cgroup) = ownCgroup(of: app, uid: uid, tree: []) {
             return freeze(app, uid: uid, command: command, cgroup: cgroup, at: now)
         }
-        let tree = members(of: app, uid: uid)
-        guard !tree.isEmpty else { return }  // gone: its pidfd reports the exit
         if mode != .signal {
+            let tree = members(of: app, uid: uid)
+            guard !tree.isEmpty else { return }  // gone: its pidfd reports the exit
             switch ownCgroup(of: app, uid: uid, tree: tree) {
             case let .success(cgroup):
                 return freeze(app, uid: uid, command: command, cgroup: cgroup, at: now)
@@ -114,7 +115,7 @@ final class Enforcer {
                 }
             }
         }
-        stopTree(app, uid: uid, first: tree)
+        guard !stopTree(app, uid: uid).isEmpty else { return }  // gone: its pidfd reports the exit
         note(app, (.signals, command, uid), at: now)
     }
 
@@ -292,23 +293,32 @@ final class Enforcer {
     /// The app's processes, each held by a pidfd: a unit app's whole cgroup, a process app's
     /// tree (empty once its own process is gone). For an unprivileged owner, only those it
     /// could signal itself (the others are noted in `excluded`, for one log line per action).
-    func members(of app: ProcessIdentity, uid: UInt32) -> [Pidfd] {
+    ///
+    /// `visit` is called on each member of a process app before its children are read
+    /// (`ProcessTree`): stopping it there makes one walk catch every fork.
+    func members(of app: ProcessIdentity, uid: UInt32, visit: (Pidfd) -> Void = { _ in }) -> [Pidfd] {
         guard let root = root(app) else { return [] }
         var left: [Int32] = []
+        defer { excluded.formUnion(left) }
         let owner = uid == 0 ? nil : uid
-        var members = unit(app).map { ProcessTree.members(of: $0, owner: owner, excluded: &left) }
-            ?? ProcessTree.members(of: root, owner: owner, excluded: &left)
-        if unit(app) == nil {
-            // Re-parented processes the tracker saw forked, and their own trees.
-            var known = Set(members.map(\.pid))
-            for pidfd in tracked(app) where !known.contains(pidfd.pid) {
-                for member in ProcessTree.members(of: pidfd, owner: owner, excluded: &left) where known.insert(member.pid).inserted {
+        if let unit = unit(app) { return ProcessTree.members(of: unit, owner: owner, excluded: &left).filter { $0.pid != ownPID } }
+        let own = ownPID
+        let guarded: (Pidfd) -> Void = { if $0.pid != own { visit($0) } }
+        var members = ProcessTree.members(of: root, owner: owner, excluded: &left, visit: guarded)
+        // Re-parented processes the tracker saw forked, and their own trees; looked for again
+        // after each walk that found some (one of them may have forked meanwhile).
+        var known = Set(members.map(\.pid))
+        for _ in 0..<Self.maximumStopPasses {
+            let more = tracked(app, known)
+            if more.isEmpty { break }
+            for pidfd in more where !known.contains(pidfd.pid) {
+                for member in ProcessTree.members(of: pidfd, owner: owner, excluded: &left, visit: guarded)
+                where known.insert(member.pid).inserted {
                     members.append(member)
                 }
             }
         }
-        excluded.formUnion(left)
-        return members.filter { $0.pid != ownPID }
+        return members.filter { $0.pid != own }
     }
 
     /// Logs, once per action, the processes of an app's tree that its owner could not signal.
@@ -319,18 +329,19 @@ final class Enforcer {
         excluded = []
     }
 
-    /// Stops every process of the app, pass after pass until no new one appears (a stopped
-    /// process cannot fork); returns the pidfds of the processes stopped.
-    /// `first`: the members just read, if the caller has them (saves a walk).
+    /// Stops every process of the app; returns the pidfds of the processes stopped. A process
+    /// app's tree in one walk, each process stopped before its children are read (see
+    /// `ProcessTree.members`); a unit's cgroup pass after pass until no new process appears
+    /// (a stopped process cannot fork, but its cgroup's list has no order to walk in).
     @discardableResult
-    func stopTree(_ app: ProcessIdentity, uid: UInt32, first: [Pidfd]? = nil) -> [Pidfd] {
+    func stopTree(_ app: ProcessIdentity, uid: UInt32) -> [Pidfd] {
+        guard unit(app) != nil else {
+            return members(of: app, uid: uid) { try? $0.send(signal: Signal.stop) }
+        }
         var stopped: [Int32: Pidfd] = [:]
-        var next = first
         for _ in 0..<Self.maximumStopPasses {
             var found = false
-            let members = next ?? members(of: app, uid: uid)
-            next = nil
-            for pidfd in members where stopped[pidfd.pid] == nil {
+            for pidfd in members(of: app, uid: uid) where stopped[pidfd.pid] == nil {
                 try? pidfd.send(signal: Signal.stop)
                 stopped[pidfd.pid] = pidfd
                 found = true

@@ -65,10 +65,11 @@ final class Tracker {
 
     /// The app's members now (every fork up to this instant read first), each held by a
     /// pidfd just opened and checked to be the process that was forked.
-    func members(of app: ProcessIdentity) -> [Pidfd] {
+    /// `known`: pids the caller holds already, not opened again.
+    func members(of app: ProcessIdentity, excluding known: Set<Int32> = []) -> [Pidfd] {
         drain()
         var result: [Pidfd] = []
-        for case let (pid, identity?) in members[app] ?? [:] {
+        for case let (pid, identity?) in members[app] ?? [:] where !known.contains(pid) {
             guard let pidfd = try? Pidfd.open(pid: pid), pidfd.startTime == identity.startTime,
                   pidfd.inode == identity.inode else {
                 forget(pid)  // exited, its exit event lost: not the process that was forked

@@ -281,4 +281,30 @@ static inline int bgtask_logind_watch(sd_bus *bus, const char *path, sd_bus_mess
                                "PropertiesChanged", callback, userdata);
 }
 
+/* Sends each of `count` buffers as one datagram on the connected socket `fd`, as many per
+ * sendmmsg(2) as it takes (up to 64 at a time); returns how many went, or -1 if none did. */
+static inline int bgtask_send_datagrams(int fd, const struct iovec *buffers, unsigned count) {
+    struct { struct msghdr msg_hdr; unsigned int msg_len; } headers[64];  /* struct mmsghdr */
+    unsigned sent = 0;
+    while (sent < count) {
+        unsigned batch = count - sent < 64 ? count - sent : 64;
+        for (unsigned i = 0; i < batch; i++) {
+            struct msghdr message = {0};
+            message.msg_iov = (struct iovec *)&buffers[sent + i];
+            message.msg_iovlen = 1;
+            headers[i].msg_hdr = message;
+            headers[i].msg_len = 0;
+        }
+        int n = syscall(SYS_sendmmsg, fd, headers, batch, MSG_NOSIGNAL);
+        if (n <= 0) return sent > 0 ? (int)sent : -1;
+        sent += (unsigned)n;
+    }
+    return (int)sent;
+}
+
+/* getdents64(2), which glibc 2.36 declares only under _GNU_SOURCE. */
+static inline long bgtask_getdents64(int fd, void *buffer, unsigned long size) {
+    return syscall(SYS_getdents64, fd, buffer, size);
+}
+
 #endif

@@ -95,21 +95,28 @@ final class Agent {
 
     // MARK: decisions
 
+    /// Sends the decisions in one write: a lock that backgrounds 200 apps is one round trip,
+    /// handled by the daemon in one pass.
     func apply(_ decisions: [Decision]) {
         for decision in decisions {
             log(6, "\(decision.app): \(decision.state.rawValue), \(decision.reason)")
             outbox[decision.app] = decision
-            send(decision)
         }
+        send(decisions)
     }
 
-    func send(_ decision: Decision) {
+    func send(_ decisions: [Decision]) {
         // A window's pid is sent only while its pidfd says that process lives: a pid reused
         // by another of the user's processes is never moved.
-        if case let .pid(pid) = decision.app, processes[pid]?.pidfd.hasExited == true { return forget(decision.app) }
+        let live = decisions.filter { decision in
+            guard case let .pid(pid) = decision.app, processes[pid]?.pidfd.hasExited == true else { return true }
+            forget(decision.app)
+            return false
+        }
         guard let daemon else { return }  // kept in the outbox for the reconnect
         do {
-            try daemon.send(call(for: decision), tag: decision)
+            for decision in live { try daemon.send(call(for: decision), tag: decision, flush: false) }
+            try daemon.flush()
             updateDaemonEvents()
         } catch {
             daemonLost("\(error)")
@@ -142,7 +149,7 @@ final class Agent {
             daemonRetryDelay = 100_000_000
             log(6, "connected to bgtaskd at \(socketPath)")
             // What did not reach the daemon before it went away (or before it was up).
-            for decision in outbox.values.sorted(by: { $0.app.description < $1.app.description }) { send(decision) }
+            send(outbox.values.sorted(by: { $0.app.description < $1.app.description }))
         } catch {
             if daemonRetryDelay == 100_000_000 { log(4, "bgtaskd at \(socketPath): \(error); trying again") }
             daemon = nil

@@ -160,7 +160,7 @@ struct ContainmentEndToEndTests {
         let app = try #require(try daemon.app(own.pid))
         #expect(app["unit"]?.stringValue == unit.name && app["uid"] == 65534)
         #expect(try !unit.cgroup.isFrozen() && Self.isRunning(root.pid))
-        #expect(daemon.log().contains { $0.contains("is not delegated to uid 65534") || $0.contains("pid \(root.pid) not suspended") })
+        #expect(daemon.logged { $0.contains("is not delegated to uid 65534") || $0.contains("pid \(root.pid) not suspended") })
         // Nor may it name the unit for root's process: the unit's app is its own, of its uid.
         let (_, tasks) = try daemon.ctl(["--json", "tasks", "--unit", unit.name], asUser: 65534)
         #expect(tasks.contains("\"tasks\""), "\(tasks)")

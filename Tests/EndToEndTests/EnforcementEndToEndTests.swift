@@ -52,7 +52,10 @@ import Varlink
         let app = try Spawned("/bin/sleep", ["60"])  // in the test's own cgroup, with the test
         try daemon.setState(app.pid, "background")
         try waitUntil("stopped by signal") { processState(app.pid) == "T" }
-        #expect(daemon.log().contains { $0.contains("App pid \(app.pid) (sleep) cannot be frozen: ") && $0.hasSuffix("; suspending with SIGSTOP") })
+        // A pass's log records go out when it ends, just after what it did.
+        try waitUntil("the fallback logged") {
+            daemon.log().contains { $0.contains("App pid \(app.pid) (sleep) cannot be frozen: ") && $0.hasSuffix("; suspending with SIGSTOP") }
+        }
     }
 
     @Test func catchableTerminateSignalIsFollowedBySIGKILLAfterTheGrace() throws {

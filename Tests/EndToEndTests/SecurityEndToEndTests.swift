@@ -209,7 +209,7 @@ struct SecurityEndToEndTests {
         #expect(String(decoding: try readFile(victim), as: UTF8.self) == "precious\n")
         #expect(processState(root.pid) == "S")
         #expect(try restarted.app(root.pid) == nil)
-        #expect(restarted.log().contains { $0.contains("longer than") })
+        #expect(restarted.logged { $0.contains("longer than") })
     }
 
     /// 9: names chosen by a process (`PR_SET_NAME`) are escaped in tables and logs.

@@ -81,7 +81,7 @@ import Varlink
         // Who and why: the MANAGER column and the journal.
         let (status, table) = try rig.daemon.ctl(["apps"], asUser: SwaySession.uid)
         #expect(status == 0 && table.contains("bgtask-session[\(rig.agent!.pid)]"))
-        #expect(rig.daemon.log().contains { $0.contains("App pid \(one) (foot) entered the background") && $0.contains("window left workspace 1") })
+        #expect(rig.daemon.logged { $0.contains("App pid \(one) (foot) entered the background") && $0.contains("window left workspace 1") })
         try rig.sway.msg("workspace", "1")
         try waitUntil("foot on workspace 1 to run again", timeout: 1) { running(one) }
     }
@@ -93,7 +93,7 @@ import Varlink
         try rig.startAgent(["BackgroundDelaySec=0"])
         try rig.sway.msg("[pid=\(foot)]", "move", "scratchpad")
         try waitUntil("foot in the scratchpad to be suspended", timeout: 2) { stopped(foot) }
-        #expect(rig.daemon.log().contains { $0.contains("App pid \(foot)") && $0.contains("window left workspace 1") })
+        #expect(rig.daemon.logged { $0.contains("App pid \(foot)") && $0.contains("window left workspace 1") })
         try rig.sway.msg("[pid=\(foot)]", "scratchpad", "show")
         try waitUntil("foot shown from the scratchpad to run", timeout: 2) { running(foot) }
     }
@@ -148,7 +148,7 @@ import Varlink
                 || (!members().isEmpty && members().allSatisfy { processState($0) == "T" })
         }
         try waitUntil("the unit app suspended: \(rig.daemon.log().suffix(3))", timeout: 6) { suspended() }
-        #expect(rig.daemon.log().contains { $0.contains("entered the background") && $0.contains("bgtask-session[") })
+        #expect(rig.daemon.logged { $0.contains("entered the background") && $0.contains("bgtask-session[") })
         #expect(!rig.daemon.log().contains { $0.contains("terminated") })
         try rig.sway.msg("workspace", "1")
         try waitUntil("the unit app running again", timeout: 2) { !suspended() }
@@ -185,7 +185,7 @@ import Varlink
                                        log: rig.agentLog)
         try waitUntil("term2 (not activated) suspended: \(rig.agentLines().suffix(4))", timeout: 5) { stopped(term2) }
         #expect(running(foot))
-        #expect(rig.daemon.log().contains { $0.contains("as unit app-launcher-term2-5678.scope") })
+        #expect(rig.daemon.logged { $0.contains("as unit app-launcher-term2-5678.scope") })
         try rig.sway.msg("[pid=\(term2)]", "focus")
         try waitUntil("the activation to swap who runs", timeout: 3) { running(term2) && stopped(foot) }
         try rig.sway.msg("[pid=\(foot)]", "focus")
@@ -202,7 +202,7 @@ import Varlink
         try rig.agent!.signal(SIGTERM)
         #expect(try rig.agent!.wait(timeout: 5) == 0)
         #expect(running(one), "the agent brought back what it backgrounded before it left")
-        #expect(rig.daemon.log().contains { $0.contains("App pid \(one)") && $0.contains("bgtask-session stopping") })
+        #expect(rig.daemon.logged { $0.contains("App pid \(one)") && $0.contains("bgtask-session stopping") })
     }
 
     @Test(.enabled(if: SwaySession.available, SwaySession.missing))
@@ -249,7 +249,7 @@ import Varlink
         try waitUntil("the agent to reconnect and bring foot 1 back", timeout: 5) { running(one) }
         try waitUntil("foot 2 suspended by the restarted daemon", timeout: 5) { stopped(two) }
         #expect(rig.agentLines().contains { $0.contains("lost bgtaskd") })
-        #expect(restarted.log().contains { $0.contains("App pid \(one)") && $0.contains("resumed: foreground") })
+        #expect(restarted.logged { $0.contains("App pid \(one)") && $0.contains("resumed: foreground") })
     }
 }
 

@@ -117,6 +117,6 @@ struct UnprivilegedFloodTests {
         let grown = latency.peakKiB - rssBefore
         print("subscriber flood: GetStatus p99 \(latency.p99) ms (slowest \(latency.max) ms), daemon grew \(grown) KiB at most")
         #expect(grown < floodGrowthBoundKiB, "the daemon grew by \(grown) KiB")
-        #expect(daemon.log().contains { $0.contains("unread replies") })
+        #expect(daemon.logged { $0.contains("unread replies") })
     }
 }

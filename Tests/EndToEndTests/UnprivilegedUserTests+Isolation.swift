@@ -94,7 +94,7 @@ extension UnprivilegedUserTests {
         defer { app.killTree() }
         let heard = try JSON.parse(try #require(try fake.readLine(timeout: 20)))
         #expect(heard["bytes"] == 0, "the fake manager heard \(heard.serialized)")
-        #expect(daemon.log().contains { $0.contains("not user@65534.service's manager") })
+        #expect(daemon.logged { $0.contains("not user@65534.service's manager") })
         #expect(try daemon.app(app.pid)?["containment"] != "scope")
     }
 }

@@ -7,12 +7,25 @@
  * Prints each sample in microseconds, one per line.
  *
  *   bgtask-bench-logind N
+ *
+ * With --lock, the session lock: ROUNDS times, the session's LockedHint set (as a screen
+ * locker sets it) and the time until every one of the PIDs (the session's apps, which
+ * bgtask-session suspends through bgtaskd) is stopped, read from /proc/PID/stat; then the
+ * hint cleared and every one running again. Then the baseline, the same ROUNDS on the same
+ * processes: SIGSTOP sent to each through a pidfd opened before, timed the same way until
+ * every one is stopped, then SIGCONT. Prints "lock MS" and "loop MS" lines.
+ *
+ *   bgtask-bench-logind --lock SESSION-PATH ROUNDS PID...
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
 #include <systemd/sd-bus.h>
+#include <signal.h>
+#include <string.h>
+#include <fcntl.h>
+#include <sys/syscall.h>
 
 static double now_us(void) {
     struct timespec t;
@@ -38,7 +51,81 @@ static int pair(sd_bus *bus) {
     return 0;
 }
 
+/* The state letter of /proc/PID/stat (after the command's closing parenthesis). */
+static char state_of(int pid) {
+    char path[64], buffer[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return '?';
+    ssize_t n = read(fd, buffer, sizeof buffer - 1);
+    close(fd);
+    if (n <= 0) return '?';
+    buffer[n] = 0;
+    char *end = strrchr(buffer, ')');
+    return end && end[1] == ' ' ? end[2] : '?';
+}
+
+/* Waits until every pid is stopped (or, stopped == 0, none is); gives up after 10 s. */
+static int await_all(const int *pids, int count, int stopped) {
+    double give_up = now_us() + 10e6;
+    for (;;) {
+        int all = 1;
+        for (int i = 0; i < count && all; i++) all = (state_of(pids[i]) == 'T') == stopped;
+        if (all) return 0;
+        if (now_us() > give_up) return -1;
+    }
+}
+
+static int set_locked(sd_bus *bus, const char *session, int locked) {
+    sd_bus_error error = SD_BUS_ERROR_NULL;
+    int r = sd_bus_call_method(bus, "org.freedesktop.login1", session, "org.freedesktop.login1.Session", "SetLockedHint",
+                               &error, NULL, "b", locked);
+    if (r < 0) fprintf(stderr, "SetLockedHint: %s\n", error.message ? error.message : strerror(-r));
+    sd_bus_error_free(&error);
+    return r;
+}
+
+/* Between rounds: the apps continued catch up with their compositor (200 windows redrawn)
+ * before the next lock, so that a round measures the lock, not that. */
+static const useconds_t settle = 500000;
+
+static int lock_rounds(const char *session, int rounds, const int *pids, int count) {
+    sd_bus *bus = NULL;
+    if (sd_bus_open_system(&bus) < 0) { fprintf(stderr, "cannot connect to the system bus\n"); return 1; }
+    for (int round = 0; round < rounds; round++) {
+        double start = now_us();
+        if (set_locked(bus, session, 1) < 0) return 1;
+        if (await_all(pids, count, 1) < 0) { fprintf(stderr, "round %d: not every app stopped within 10 s of the lock\n", round); return 1; }
+        printf("lock %.3f\n", (now_us() - start) / 1e3);
+        if (set_locked(bus, session, 0) < 0) return 1;
+        if (await_all(pids, count, 0) < 0) { fprintf(stderr, "round %d: not every app running again after the unlock\n", round); return 1; }
+        usleep(settle);
+    }
+    sd_bus_flush_close_unref(bus);
+    int *pidfds = calloc((size_t)count, sizeof *pidfds);
+    for (int i = 0; i < count; i++) {
+        pidfds[i] = pids[i] > 1 ? (int)syscall(SYS_pidfd_open, pids[i], 0) : -1;
+        if (pidfds[i] < 0) { fprintf(stderr, "pidfd_open(%d) failed\n", pids[i]); return 1; }
+    }
+    for (int round = 0; round < rounds; round++) {
+        double start = now_us();
+        for (int i = 0; i < count; i++) syscall(SYS_pidfd_send_signal, pidfds[i], SIGSTOP, NULL, 0);
+        if (await_all(pids, count, 1) < 0) return 1;
+        printf("loop %.3f\n", (now_us() - start) / 1e3);
+        for (int i = 0; i < count; i++) syscall(SYS_pidfd_send_signal, pidfds[i], SIGCONT, NULL, 0);
+        if (await_all(pids, count, 0) < 0) return 1;
+        usleep(settle);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc > 3 && strcmp(argv[1], "--lock") == 0) {
+        int count = argc - 4;
+        int *pids = calloc((size_t)count + 1, sizeof *pids);
+        for (int i = 0; i < count; i++) pids[i] = atoi(argv[4 + i]);
+        return lock_rounds(argv[2], atoi(argv[3]), pids, count);
+    }
     int count = argc > 1 ? atoi(argv[1]) : 1000;
     sd_bus *bus = NULL;
     if (sd_bus_open_system(&bus) < 0) { fprintf(stderr, "cannot connect to the system bus\n"); return 1; }
