@@ -46,6 +46,13 @@ final class Enforcer {
     static let minimumStopCheckSpacing: Int64 = 10_000_000
     /// Passes over a tree while stopping it; each pass catches children forked meanwhile.
     static let maximumStopPasses = 16
+    /// How long a process app found not to have a cgroup of its own (`SuspendMode=auto`) is
+    /// suspended with signals without looking again: the look is a walk of its tree and a
+    /// read of its cgroup's whole member list, and an app in a desktop session shares the
+    /// session's cgroup with every other app in it (200 windows: 60% of a lock's system
+    /// calls). Only the failure is remembered: signals are always safe, freezing a cgroup
+    /// that has become shared is not.
+    static let sharedCgroupRecheck: Int64 = 60_000_000_000
 
     let loop: EventLoop
     let log: (LogEntry.Priority, String) -> Void
@@ -65,6 +72,8 @@ final class Enforcer {
     var suspended: [ProcessIdentity: (method: Method, command: String, uid: UInt32)] = [:]
     var pendingFreezes: [ProcessIdentity: PendingFreeze] = [:]
     var freezerWatches: [ProcessIdentity: FreezerWatch] = [:]
+    /// Process apps whose cgroup was found shared, until when that is trusted (`auto` mode).
+    private var sharedCgroupUntil: [ProcessIdentity: Int64] = [:]
     /// Apps sent a catchable signal: what to `SIGKILL` when the grace runs out.
     var terminating: [ProcessIdentity: (pidfds: [Pidfd], cgroup: Cgroup?)] = [:]
     /// Processes left out of the action in progress because the owner could not signal them.
@@ -103,13 +112,15 @@ final class Enforcer {
            case let .success(cgroup) = ownCgroup(of: app, uid: uid, tree: []) {
             return freeze(app, uid: uid, command: command, cgroup: cgroup, at: now)
         }
-        if mode != .signal {
+        if mode == .freezer || (mode == .auto && (sharedCgroupUntil[app] ?? .min) <= now) {
             let tree = members(of: app, uid: uid)
             guard !tree.isEmpty else { return }  // gone: its pidfd reports the exit
             switch ownCgroup(of: app, uid: uid, tree: tree) {
             case let .success(cgroup):
+                sharedCgroupUntil[app] = nil
                 return freeze(app, uid: uid, command: command, cgroup: cgroup, at: now)
             case let .failure(reason):
+                sharedCgroupUntil[app] = now + Self.sharedCgroupRecheck
                 if mode == .freezer {
                     log(.notice, "App \(app) (\(command)) cannot be frozen: \(reason.text); suspending with SIGSTOP")
                 }
@@ -174,6 +185,7 @@ final class Enforcer {
         if case let .freezer(cgroup)? = suspended[app]?.method { try? cgroup.setFrozen(false) }
         if let pending = takePendingFreeze(of: app) { try? pending.cgroup.setFrozen(false) }
         units[app] = nil
+        sharedCgroupUntil[app] = nil
         note(app, nil, at: now)
     }
 

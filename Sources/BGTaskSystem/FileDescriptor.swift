@@ -113,7 +113,11 @@ public final class FileDescriptor: @unchecked Sendable {
 }
 
 /// Reads a whole (small) file such as `/proc/PID/stat`.
-public func readFile(_ path: String, limit: Int = 1 << 20) throws(Errno) -> [UInt8] {
+///
+/// `shortReadEnds`: a read that returns less than asked is the last. True of the kernel's
+/// `seq_file`s (`/proc/PID/stat`, `status`, `children`, `cgroup.procs`), whose read fills
+/// the buffer unless the text has ended: it saves the read that would return 0.
+public func readFile(_ path: String, limit: Int = 1 << 20, shortReadEnds: Bool = false) throws(Errno) -> [UInt8] {
     let fd = try systemCall("open(\(path))") { open(path, O_RDONLY | O_CLOEXEC) }
     let file = FileDescriptor(fd)
     var out: [UInt8] = []
@@ -121,6 +125,7 @@ public func readFile(_ path: String, limit: Int = 1 << 20) throws(Errno) -> [UIn
         let chunk = try file.read(upTo: 4096)
         if chunk.isEmpty { break }
         out += chunk
+        if shortReadEnds, chunk.count < 4096 { break }
     }
     return out
 }

@@ -25,14 +25,36 @@ public final class Pidfd: @unchecked Sendable {
     /// `PIDFS_MAGIC` from `<linux/magic.h>`.
     static let pidfsMagic = 0x5049_4446
 
-    /// `fstatfs(2)` says whether the pidfd lives on pidfs; `fstat(2)` gives its inode.
+    /// `fstatfs(2)` says whether the pidfd lives on pidfs (asked once: it is the kernel's
+    /// property, not the process's); `fstat(2)` gives its inode.
     private static func pidfsInode(_ descriptor: FileDescriptor) -> UInt64 {
-        var fs = statfs()
+        if onPidfs == nil {
+            var fs = statfs()
+            onPidfs = fstatfs(descriptor.rawValue, &fs) == 0 && Int(fs.f_type) == pidfsMagic
+        }
         var st = stat()
-        guard fstatfs(descriptor.rawValue, &fs) == 0, Int(fs.f_type) == pidfsMagic,
-              fstat(descriptor.rawValue, &st) == 0 else { return 0 }
+        guard onPidfs == true, fstat(descriptor.rawValue, &st) == 0 else { return 0 }
         return UInt64(st.st_ino)
     }
+
+    nonisolated(unsafe) private static var onPidfs: Bool?
+
+    /// The process's parent and uids, from the pidfd (`PIDFD_GET_INFO`, Linux 6.13): one
+    /// `ioctl` where `/proc/PID/stat` and `status` are a read and a parse each. `nil` if the
+    /// process has exited or the kernel lacks it.
+    public var info: (parentPID: Int32, uids: ProcessUIDs)? {
+        guard Self.hasInfo else { return nil }
+        var info = bgtask_pidfd_info()
+        let result = bgtask_pidfd_info(descriptor.rawValue, &info)
+        if result == -ENOTTY || result == -EINVAL {
+            Self.hasInfo = false
+            return nil
+        }
+        guard result == 0 else { return nil }
+        return (Int32(bitPattern: info.ppid), ProcessUIDs(real: info.ruid, effective: info.euid, saved: info.suid))
+    }
+
+    nonisolated(unsafe) private static var hasInfo = true
 
     /// Opens a pidfd for `pid` and reads its start time. `ESRCH` if there is no such process.
     /// pid 0, negative pids and pid 1 are refused with `EPERM` before any system call.

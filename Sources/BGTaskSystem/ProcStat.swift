@@ -19,7 +19,7 @@ public struct ProcStat: Equatable, Sendable {
 
     /// Reads `/proc/PID/stat`.
     public static func read(pid: Int32) throws(Errno) -> ProcStat {
-        let bytes = try readFile("/proc/\(pid)/stat")
+        let bytes = try readFile("/proc/\(pid)/stat", shortReadEnds: true)
         guard let stat = parse(bytes) else { throw Errno(EINVAL, "parse /proc/\(pid)/stat") }
         return stat
     }
@@ -88,7 +88,7 @@ public struct ProcessUIDs: Equatable, Sendable {
 public enum ProcStatus {
     /// The real, effective and saved uids of `pid`.
     public static func uids(pid: Int32) throws(Errno) -> ProcessUIDs {
-        let bytes = try readFile("/proc/\(pid)/status")
+        let bytes = try readFile("/proc/\(pid)/status", shortReadEnds: true)
         guard let ids = parseUIDs(bytes) else { throw Errno(EINVAL, "parse /proc/\(pid)/status") }
         return ids
     }

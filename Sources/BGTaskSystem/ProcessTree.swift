@@ -32,7 +32,7 @@ public enum ProcessTree {
     public static func members(of root: Pidfd, owner: UInt32?, excluded: inout [Int32],
                                visit: (Pidfd) -> Void = { _ in }) -> [Pidfd] {
         guard !root.hasExited else { return [] }
-        if let owner, !belongs(root.pid, to: owner) {
+        if let owner, !belongs(root, to: owner) {
             excluded.append(root.pid)
             return []
         }
@@ -43,10 +43,13 @@ public enum ProcessTree {
             let parent = result[index]
             visit(parent)
             for child in (scan?[parent.pid] ?? children(of: parent.pid)) where child > 1 {
-                guard let pidfd = try? Pidfd.open(pid: child),
-                      let stat = try? ProcStat.read(pid: child), stat.parentPID == parent.pid,
-                      !parent.hasExited, !pidfd.hasExited else { continue }
-                if let owner, !belongs(child, to: owner) {
+                // The child's pidfd first, then its parent read through it (`PIDFD_GET_INFO`,
+                // or /proc where the kernel lacks it), then the parent still alive.
+                guard let pidfd = try? Pidfd.open(pid: child) else { continue }
+                let info = pidfd.info
+                guard let parentPID = info?.parentPID ?? (try? ProcStat.read(pid: child))?.parentPID,
+                      parentPID == parent.pid, !parent.hasExited, info != nil || !pidfd.hasExited else { continue }
+                if let owner, !(info.map { $0.uids.signallable(by: owner) } ?? belongs(pidfd, to: owner)) {
                     excluded.append(child)
                     continue
                 }
@@ -65,7 +68,7 @@ public enum ProcessTree {
         for pid in (try? cgroup.processes()) ?? [] where pid > 1 {
             guard let pidfd = try? Pidfd.open(pid: pid), let current = Cgroup.of(pid: pid),
                   current.isWithin(cgroup), !pidfd.hasExited else { continue }
-            if let owner, !belongs(pid, to: owner) {
+            if let owner, !belongs(pidfd, to: owner) {
                 excluded.append(pid)
                 continue
             }
@@ -77,6 +80,12 @@ public enum ProcessTree {
     /// Whether `owner` could signal `pid` itself (unknown uids count as no).
     static func belongs(_ pid: Int32, to owner: UInt32) -> Bool {
         (try? ProcStatus.uids(pid: pid))?.signallable(by: owner) ?? false
+    }
+
+    /// `belongs` for a process held by a pidfd: its uids from the pidfd where the kernel can.
+    static func belongs(_ pidfd: Pidfd, to owner: UInt32) -> Bool {
+        if let info = pidfd.info { return info.uids.signallable(by: owner) }
+        return belongs(pidfd.pid, to: owner)
     }
 
     /// Whether `/proc/PID/task/TID/children` exists (`CONFIG_PROC_CHILDREN`).
@@ -91,7 +100,7 @@ public enum ProcessTree {
     static func children(of pid: Int32) -> [Int32] {
         var result: [Int32] = []
         for thread in numberedEntries("/proc/\(pid)/task") {
-            guard let bytes = try? readFile("/proc/\(pid)/task/\(thread)/children") else { continue }
+            guard let bytes = try? readFile("/proc/\(pid)/task/\(thread)/children", shortReadEnds: true) else { continue }
             var value: Int32 = 0, digits = 0
             for byte in bytes {
                 if byte >= 0x30, byte <= 0x39, digits < 9 {
@@ -114,10 +123,14 @@ public enum ProcessTree {
         guard fd >= 0 else { return [] }
         defer { Glibc.close(fd) }
         var result: [Int32] = []
+        var done = false
         withUnsafeTemporaryAllocation(byteCount: 4096, alignment: 8) { buffer in
-            while true {
+            while !done {
                 let count = bgtask_getdents64(fd, buffer.baseAddress, UInt(buffer.count))
                 guard count > 0 else { return }
+                // The kernel fills the buffer until the next entry does not fit (one is at most
+                // 280 bytes): with more than that left, this was the last of them.
+                defer { if count < buffer.count - 512 { done = true } }
                 var offset = 0
                 // struct linux_dirent64: d_ino (8), d_off (8), d_reclen (2), d_type (1), d_name.
                 while offset + 19 < count {

@@ -307,4 +307,21 @@ static inline long bgtask_getdents64(int fd, void *buffer, unsigned long size) {
     return syscall(SYS_getdents64, fd, buffer, size);
 }
 
+/* PIDFD_GET_INFO (Linux 6.13, <linux/pidfd.h>; Debian 12's headers predate it): the
+ * process's pid, parent and credentials from its pidfd, one ioctl instead of reading and
+ * parsing /proc/PID/stat and status. The first 64 bytes of struct pidfd_info (its VER0). */
+struct bgtask_pidfd_info {
+    unsigned long long mask, cgroupid;
+    unsigned int pid, tgid, ppid, ruid, rgid, euid, egid, suid, sgid, fsuid, fsgid;
+    int exit_code;
+};
+#include <sys/ioctl.h>
+/* Returns 0, or -errno (ESRCH: the process has exited; ENOTTY/EINVAL: an older kernel). */
+static inline int bgtask_pidfd_info(int pidfd, struct bgtask_pidfd_info *out) {
+    memset(out, 0, sizeof *out);
+    out->mask = 1 /* PIDFD_INFO_PID */ | 2 /* PIDFD_INFO_CREDS */;
+    if (ioctl(pidfd, _IOWR(0xFF, 11, struct bgtask_pidfd_info), out) < 0) return -errno;
+    return (out->mask & 3) == 3 ? 0 : -EINVAL;
+}
+
 #endif

@@ -76,6 +76,21 @@ import TestSupport
         #expect(again.inode == first.pidfd.inode && second.pidfd.inode != first.pidfd.inode)
     }
 
+    /// PIDFD_GET_INFO is Linux 6.13; where the kernel has it, the pidfd names the parent and
+    /// the uids /proc does (the tree walk and the owner check read them from there).
+    @Test(.enabled(if: kernelAtLeast(6, 13), "PIDFD_GET_INFO needs Linux 6.13"))
+    func aPidfdsInfoIsWhatProcSays() throws {
+        let child = try Spawned("/bin/sleep", ["30"])
+        defer { child.killTree() }
+        let pidfd = try Pidfd.open(pid: child.pid)
+        let info = try #require(pidfd.info)
+        #expect(info.parentPID == getpid())
+        #expect(info.uids == (try ProcStatus.uids(pid: child.pid)))
+        try child.signal(SIGKILL)
+        try child.wait(timeout: 5)
+        #expect(pidfd.info == nil, "a reaped process has no info")
+    }
+
     @Test func processTreeFindsChildrenAndGrandchildren() throws {
         let root = try Spawned("/bin/sh", ["-c", "sleep 60 & sh -c 'sleep 60 & sleep 60 & wait' & echo ready; wait"])
         try root.expectLine("ready")
@@ -142,4 +157,14 @@ import TestSupport
             return seen.contains(.exit(grandchild))
         }
     }
+}
+
+/// Whether the running kernel is at least `major.minor` (uname's release).
+func kernelAtLeast(_ major: Int, _ minor: Int) -> Bool {
+    var name = utsname()
+    uname(&name)
+    let release = withUnsafeBytes(of: name.release) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+    let parts = release.split(whereSeparator: { !$0.isNumber }).prefix(2).compactMap { Int($0) }
+    guard parts.count == 2 else { return false }
+    return (parts[0], parts[1]) >= (major, minor)
 }
