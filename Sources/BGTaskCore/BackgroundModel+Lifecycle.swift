@@ -205,6 +205,7 @@ extension BackgroundModel {
 
     mutating func suspend(_ app: ProcessIdentity, reason: ActionReason, at now: Instant, effects: inout [Effect]) {
         guard let record = apps[app] else { return }
+        endedLaunches[app] = nil
         for id in record.taskIDs {
             if let task = tasks[id], task.state == .pending {
                 finish(task, as: .denied, reason: .suspendedBeforeGrant, at: now, effects: &effects)

@@ -71,10 +71,17 @@ extension BackgroundModel {
         // Looked up among the app's own tasks: no other user's launches are read.
         let id = record.taskIDs.first { launchesInFlight[$0]?.request.identifier == identifier }
             ?? record.taskIDs.first { tasks[$0]?.owner == app && tasks[$0]?.connection == nil && tasks[$0]?.name == identifier }
-        guard let id else { throw .noSuchTaskRequest(identifier) }
+        if let id {
+            try endTask(id, in: app, at: now, effects: &effects)
+            endedLaunches[app]?.remove(identifier)
+        } else {
+            // Its task is gone already (denied before its grant when a condition was lost,
+            // or warned and ended): the launch is still what the app was woken for.
+            guard endedLaunches[app]?.remove(identifier) != nil else { throw .noSuchTaskRequest(identifier) }
+        }
+        if endedLaunches[app]?.isEmpty == true { endedLaunches[app] = nil }
         effects.append(.log(.app(.requestCompleted, .info, app, uid: record.uid, command: record.command,
                                  "completed request \(identifier) (\(success ? "success" : "failure"))")))
-        try endTask(id, in: app, at: now, effects: &effects)
         // Resumed for its launches and none left: done, as a wake is (`FinishWake`).
         if apps[app]?.phase == .woken, !launchesInFlight.values.contains(where: { $0.app == app }) {
             finishWake(of: app, at: now, effects: &effects)

@@ -116,7 +116,10 @@ extension BackgroundModel {
         ended.state = state
         let watched = needsWatch(task.owner)
         tasks[task.id] = nil
-        if !launchesInFlight.isEmpty { launchesInFlight[task.id] = nil }
+        if !launchesInFlight.isEmpty, let launch = launchesInFlight.removeValue(forKey: task.id),
+           endedLaunches[task.app, default: []].count < Self.maximumEndedLaunches {
+            endedLaunches[task.app, default: []].insert(launch.request.identifier)
+        }
         tasksPerUID[task.uid, default: 1] -= 1
         if tasksPerUID[task.uid] == 0 { tasksPerUID[task.uid] = nil }
         apps[unsaved: task.app]?.taskIDs.removeAll { $0 == task.id }

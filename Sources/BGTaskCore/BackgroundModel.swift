@@ -58,6 +58,11 @@ public struct BackgroundModel {
     var appOfRequestKey: [String: ProcessIdentity] = [:]
     public internal(set) var conditions = Conditions()
     var launchesInFlight: [TaskID: Launch] = [:]
+    /// Launches whose task ended before the app said `SetTaskCompleted` (denied while
+    /// pending, warned away), by app, until it says so or is suspended: its completion still
+    /// finishes the wake it was resumed for. At most `maximumEndedLaunches` per app.
+    var endedLaunches: [ProcessIdentity: Set<String>] = [:]
+    static var maximumEndedLaunches: Int { 16 }
     var requestPassSerial: UInt64 = 0
     /// When the requests are next looked at (a pass launches what is due then).
     public internal(set) var requestPassAt: Instant?
@@ -283,6 +288,7 @@ public struct BackgroundModel {
     mutating func removeApp(_ identity: ProcessIdentity, at now: Instant) {
         guard let record = apps[identity] else { return }
         apps[identity] = nil
+        endedLaunches[identity] = nil
         appsByUID[record.uid]?.remove(identity)
         if let unit = record.unit, appsByUnit[unit] == identity {
             appsByUnit[unit] = nil

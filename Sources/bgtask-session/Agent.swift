@@ -98,6 +98,12 @@ final class Agent {
     /// Sends the decisions in one write: a lock that backgrounds 200 apps is one round trip,
     /// handled by the daemon in one pass.
     func apply(_ decisions: [Decision]) {
+        // The lines of one change go out together, after the calls (`Journal.holding`).
+        Journal.holding = true
+        defer {
+            Journal.flush()
+            Journal.holding = false
+        }
         for decision in decisions {
             log(6, "\(decision.app): \(decision.state.rawValue), \(decision.reason)")
             outbox[decision.app] = decision

@@ -117,6 +117,28 @@ import Testing
         #expect(harness.state(app) == .terminated || harness.state(app) == nil)  // still held at its deadline
     }
 
+    /// A condition lost while the launch's task still waits for its grant denies the task
+    /// (pending tasks are, rule 6), but the app's `SetTaskCompleted` for it still finishes
+    /// the wake: the app is suspended then, not at its deadline. Once only.
+    @Test func completingALaunchDeniedBeforeItsGrantStillFinishesTheWake() throws {
+        var harness = ModelHarness()  // grant latency 50 ms
+        let app = try Self.suspended(&harness)
+        try Self.submit(&harness, app, "backup", kind: .processing, at: 2, power: true)
+        harness.at(2)
+        let launched = Self.launches(harness.take())
+        #expect(launched.map(\.0) == ["backup"] && harness.state(app) == .background)
+        harness.at(2.01)  // within the grant latency: the task is pending
+        harness.model.setConditions(Conditions(externalPower: false, network: true), at: harness.now, effects: &harness.effects)
+        _ = harness.take()
+        #expect(harness.model.tasks[launched[0].1] == nil, "the pending launch was denied")
+        harness.at(2.5)
+        try harness.model.setTaskCompleted("backup", success: false, of: app, at: harness.now, effects: &harness.effects)
+        #expect(harness.state(app) == .suspended)
+        #expect(throws: BGTaskError.noSuchTaskRequest("backup")) {
+            try harness.model.setTaskCompleted("backup", success: false, of: app, at: harness.now, effects: &harness.effects)
+        }
+    }
+
     @Test func periodicRequestsComeBackAfterEachLaunch() throws {
         var harness = Self.harness()
         let app = try Self.suspended(&harness)
