@@ -107,7 +107,7 @@ extension Daemon {
             answer = .reply(VarlinkReply(error: error))
         }
         carryOut(effects)
-        callPidfds.removeAll()
+        callPidfds.removeAll(keepingCapacity: true)
         if connection.peerPidfd != nil, let caller = connection.caller, watches[caller.identity] != nil {
             connection.releasePeerPidfd()
         }

@@ -16,6 +16,7 @@ extension Daemon {
         for effect in effects {
             switch effect {
             case let .lifecycle(app, uid, event):
+                guard subscribers[app] != nil || !monitors.isEmpty else { continue }  // nobody to tell
                 let parameters = Wire.event(event)
                 if let ids = subscribers[app] {
                     // Encoded once, its bytes shared by every subscriber's queue.

@@ -41,7 +41,7 @@ extension Daemon {
             callPidfds[process] = pidfd
         }
         carryOut(effects)
-        callPidfds.removeAll()
+        callPidfds.removeAll(keepingCapacity: true)
         // Back in charge: what the model says is suspended is suspended again (the freezer or
         // SIGSTOP left it so, unless someone continued it), and what it says is not, is not
         // (a crash between a resume's record and its SIGCONT would leave it stopped).

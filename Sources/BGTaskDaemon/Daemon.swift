@@ -216,7 +216,7 @@ public final class Daemon {
         }
         if !retiredManagers.isEmpty { retiredManagers.removeAll() }
         // Before an app is terminated for time, what it already sent is read (rule 7a).
-        let facing = model.appsFacingTermination(at: now)
+        let facing = inPlace { $0.appsFacingTermination(at: now) }
         if !facing.isEmpty { readWaiting(from: facing) }
         // Many timers due at once (a thousand apps backgrounded together expire together) are
         // fired a slice at a time, each slice's events sent before the next: the first apps
@@ -239,10 +239,10 @@ public final class Daemon {
             // per call would cost more than the call.
             model.schedule(.status, at: Instant(nanoseconds: max(now.nanoseconds, lastStatusSent + Self.statusInterval)))
         }
-        var next = model.nextDeadline()
+        var next = inPlace { $0.nextDeadline() }
         if let due = next, due <= now {
             while !advanceModel(to: now, limit: Self.timersPerSlice) { _ = commit() }
-            next = model.nextDeadline()
+            next = inPlace { $0.nextDeadline() }
         }
         // Re-arm only for an earlier deadline: firing early costs one idle pass, while moving
         // the timer on every call (the oldest task changes with each EndTask) costs a
@@ -252,6 +252,14 @@ public final class Daemon {
             timerArmedAt = next
         }
     }
+
+    /// A read of the model in place, for the reads on every call's path. A non-mutating
+    /// method of `model` called from here (a class) that the optimizer does not inline is
+    /// given a copy of the whole struct, destroyed after: callgrind measured ~2,000
+    /// instructions per copy, three copies per call (a quarter of each call's instructions).
+    /// An `inout` access lends the stored value itself.
+    @inline(__always)
+    func inPlace<T>(_ read: (inout BackgroundModel) -> T) -> T { read(&model) }
 
     /// Timers fired between two commits (`pass`).
     static let timersPerSlice = 16

@@ -21,7 +21,7 @@ extension Daemon {
     /// tracked member whose fork the daemon saw (every process event up to now read first):
     /// a worker that double-forked and calls at once is its app's, not an app of its own.
     func appContaining(_ process: ProcessDescription) -> ProcessIdentity? {
-        if let app = model.app(containing: process) { return app }
+        if let app = inPlace({ $0.app(containing: process) }) { return app }
         guard let tracker, let app = tracker.app(of: process.identity), model.uid(of: app) == process.uid,
               model.isApp(app) else { return nil }
         return app

@@ -140,7 +140,7 @@ final class StateFile {
     func record(_ changes: (processes: [SavedProcessChange], tasks: [SavedTaskChange]), nextTaskID: TaskID) {
         for change in changes.processes {
             switch change {
-            case let .app(app): append("app", Self.encode(app))
+            case let .app(app): appendApp(app)
             case let .terminating(process, termination):
                 var object = Self.fields(process)
                 object["killAt"] = .int(termination.killAt.nanoseconds)
@@ -207,6 +207,32 @@ final class StateFile {
         raw(",\"state\":\""); pending.append(contentsOf: task.state.rawValue.utf8); raw("\"}}\n")
         linesSinceRewrite += 1
         assert(Array(pending[start...]) == Array((JSON.object(["task": Self.encode(task)]).serialized + "\n").utf8))
+    }
+
+    /// An app line, written directly as `appendTask` is (one goes out with most calls: the
+    /// app's tasks or phase changed); the same text as `JSON.object(["app": encode(app)])`,
+    /// checked in debug builds. Keys in the serializer's order.
+    func appendApp(_ app: SavedApp) {
+        let start = pending.count
+        func string(_ value: String) { JSON.string(value).write(to: &pending) }
+        raw("{\"app\":{\"command\":"); string(app.command)
+        raw(",\"containment\":"); string(app.containment.rawValue)
+        if let deadline = app.deadline { raw(",\"deadline\":"); number(deadline.nanoseconds) }
+        if let since = app.holdingSince { raw(",\"holdingSince\":"); number(since.nanoseconds) }
+        if app.identity.inode != 0 { raw(",\"ino\":"); number(Int64(bitPattern: app.identity.inode)) }
+        if let phase = app.phase { raw(",\"phase\":"); string(phase.rawValue) }
+        raw(",\"pid\":"); number(Int64(app.identity.pid))
+        if let key = app.quotaKey { raw(",\"quotaKey\":"); string(key) }
+        if let key = app.requestKey { raw(",\"requestKey\":"); string(key) }
+        raw(",\"start\":"); number(Int64(bitPattern: app.identity.startTime))
+        raw(",\"state\":"); string(app.state.rawValue)
+        if let deadline = app.transitionDeadline { raw(",\"transitionDeadline\":"); number(deadline.nanoseconds) }
+        raw(",\"uid\":"); number(Int64(app.uid))
+        if let unit = app.unit { raw(",\"unit\":"); string(unit) }
+        if app.warned { raw(",\"warned\":true") }
+        raw("}}\n")
+        linesSinceRewrite += 1
+        assert(Array(pending[start...]) == Array((JSON.object(["app": Self.encode(app)]).serialized + "\n").utf8))
     }
 
     private func raw(_ text: StaticString) {
