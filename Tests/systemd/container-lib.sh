@@ -35,3 +35,29 @@ boot_container() {
     fi
     cat "$work/out/results"
 }
+
+# For the session containers (session-test.sh, scripts/bench-lock): the installed tree in
+# $work/dest, bgtaskd's socket and service units in $units (the socket enabled), $work/out
+# and $work/run, and a user `bgsession` (uid $session_uid) added to copies of the host's
+# account files in $work/etc. Then `boot_session_container NAME [ARGS]` boots it with those
+# and PAM bound in, $work/run as /opt/run.
+session_uid=4242
+prepare_session_container() {
+    make -s -C "$repo" install-files DESTDIR="$work/dest" PREFIX=/opt/bgtaskd SYSCONFDIR=/opt/bgtaskd/etc >/dev/null
+    units=$work/units
+    mkdir -p "$units/sockets.target.wants" "$units/multi-user.target.wants" "$work/out" "$work/etc" "$work/run"
+    cp "$work/dest/opt/bgtaskd/lib/systemd/system/bgtaskd.socket" "$work/dest/opt/bgtaskd/lib/systemd/system/bgtaskd.service" "$units/"
+    ln -s ../bgtaskd.socket "$units/sockets.target.wants/bgtaskd.socket"
+    cp /etc/passwd /etc/group /etc/shadow "$work/etc/"
+    echo "bgsession:x:$session_uid:$session_uid:bgtaskd session:/run/user/$session_uid:/bin/sh" >> "$work/etc/passwd"
+    echo "bgsession:x:$session_uid:" >> "$work/etc/group"
+    echo "bgsession:!:19000:0:99999:7:::" >> "$work/etc/shadow"
+}
+
+boot_session_container() {
+    local machine=$1
+    shift
+    boot_container "$machine" --bind-ro="$work/dest/opt/bgtaskd:/opt/bgtaskd" --bind-ro="$work/run:/opt/run" \
+        --bind-ro=/etc/pam.d --bind-ro=/etc/security --bind-ro=/etc/login.defs \
+        --bind-ro="$work/etc/passwd:/etc/passwd" --bind-ro="$work/etc/group:/etc/group" --bind-ro="$work/etc/shadow:/etc/shadow" "$@"
+}

@@ -11,17 +11,8 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 . "$repo/Tests/systemd/container-lib.sh" bgtaskd-session
 command -v sway >/dev/null && command -v foot >/dev/null || { echo "skip session-test: sway and foot are not installed"; exit 0; }
 
-make -s -C "$repo" install-files DESTDIR="$work/dest" PREFIX=/opt/bgtaskd SYSCONFDIR=/opt/bgtaskd/etc >/dev/null
-units=$work/units
-mkdir -p "$units/sockets.target.wants" "$units/multi-user.target.wants" "$work/out" "$work/etc" "$work/run"
-cp "$work/dest/opt/bgtaskd/lib/systemd/system/bgtaskd.socket" "$work/dest/opt/bgtaskd/lib/systemd/system/bgtaskd.service" "$units/"
-ln -s ../bgtaskd.socket "$units/sockets.target.wants/bgtaskd.socket"
-# The session's user: the host's accounts and one more, in copies bound over the container's.
-uid=4242
-cp /etc/passwd /etc/group /etc/shadow "$work/etc/"
-echo "bgsession:x:$uid:$uid:bgtaskd session test:/run/user/$uid:/bin/sh" >> "$work/etc/passwd"
-echo "bgsession:x:$uid:" >> "$work/etc/group"
-echo "bgsession:!:19000:0:99999:7:::" >> "$work/etc/shadow"
+prepare_session_container
+uid=$session_uid
 
 # Runs as the user in the PAM session: a compositor, a window, the agent.
 cat > "$work/run/user.sh" <<'USER'
@@ -86,9 +77,7 @@ ExecStopPost=/bin/systemctl --no-block poweroff
 UNIT
 ln -s ../bgtaskd-session-checks.service "$units/multi-user.target.wants/bgtaskd-session-checks.service"
 
-boot_container bgtaskd-session --bind-ro="$work/dest/opt/bgtaskd:/opt/bgtaskd" --bind-ro="$work/run:/opt/run" \
-    --bind-ro=/etc/pam.d --bind-ro=/etc/security --bind-ro=/etc/login.defs \
-    --bind-ro="$work/etc/passwd:/etc/passwd" --bind-ro="$work/etc/group:/etc/group" --bind-ro="$work/etc/shadow:/etc/shadow" || exit 1
+boot_session_container bgtaskd-session || exit 1
 [ -s "$work/out/results.done" ] || echo "fail checks: did not finish"
 if grep -q "^fail" "$work/out/results"; then
     echo "--- the agent's log"; sed 's/^/  | /' "$work/out/agent.log" 2>/dev/null
