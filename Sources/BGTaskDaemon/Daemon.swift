@@ -122,7 +122,8 @@ public final class Daemon {
             self.pass { _ in }
         }
         enforcer = try Enforcer(loop: loop, root: { [unowned self] app in self.watches[app]?.pidfd },
-                                tracked: { [unowned self] app, known in self.tracker?.members(of: app, excluding: known) ?? [] }) { priority, message in
+                                tracked: { [unowned self] app, known in
+                                    self.tracker.flatMap { $0.follows(app) ? $0.members(of: app, excluding: known) : nil } }) { priority, message in
             Journal.log(priority: priority.rawValue, message: message.cEscaped)
         }
         enforcer.schedule = { [unowned self] wait, instant in
@@ -144,6 +145,7 @@ public final class Daemon {
                 self.tracker?.drain()
             })
             self.tracker = tracker
+            tracker.forked = { [unowned self] app, parent, child in self.enforcer.forked(into: app, parent: parent, child: child) }
             model.processContainment = .tracked
         } catch {
             trackerUnavailable = "\(error)"

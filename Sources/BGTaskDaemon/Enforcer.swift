@@ -61,10 +61,10 @@ final class Enforcer {
     /// The pidfd the daemon has held for the app's own process since it registered:
     /// every tree walk starts from it, never from a bare pid.
     let root: (ProcessIdentity) -> Pidfd?
-    /// The processes the tracker saw forked by a process app's members, each held by a
-    /// pidfd checked to be the process forked, but for the pids given (held already; empty
-    /// when not tracked).
-    let tracked: (ProcessIdentity, Set<Int32>) -> [Pidfd]
+    /// A tracked process app's members (the processes the tracker saw forked by its
+    /// members), each held by a pidfd checked to be the process forked, but for the pids
+    /// given (held already); `nil` when the tracker does not follow the app.
+    let tracked: (ProcessIdentity, Set<Int32>) -> [Pidfd]?
     /// The cgroup of each unit app acted on, as the action said (`adopt`): the model may
     /// have forgotten the app by the time an action is carried out.
     private var units: [ProcessIdentity: Cgroup] = [:]
@@ -85,7 +85,7 @@ final class Enforcer {
     /// Signal-suspended apps still to be checked in this sweep.
     private var sweep: [ProcessIdentity] = []
 
-    init(loop: EventLoop, root: @escaping (ProcessIdentity) -> Pidfd?, tracked: @escaping (ProcessIdentity, Set<Int32>) -> [Pidfd],
+    init(loop: EventLoop, root: @escaping (ProcessIdentity) -> Pidfd?, tracked: @escaping (ProcessIdentity, Set<Int32>) -> [Pidfd]?,
          log: @escaping (LogEntry.Priority, String) -> Void) throws(Errno) {
         self.loop = loop
         self.root = root
@@ -315,22 +315,48 @@ final class Enforcer {
         let owner = uid == 0 ? nil : uid
         if let unit = unit(app) { return ProcessTree.members(of: unit, owner: owner, excluded: &left).filter { $0.pid != ownPID } }
         let own = ownPID
-        let guarded: (Pidfd) -> Void = { if $0.pid != own { visit($0) } }
-        var members = ProcessTree.members(of: root, owner: owner, excluded: &left, visit: guarded)
-        // Re-parented processes the tracker saw forked, and their own trees; looked for again
-        // after each walk that found some (one of them may have forked meanwhile).
-        var known = Set(members.map(\.pid))
-        for _ in 0..<Self.maximumStopPasses {
-            let more = tracked(app, known)
-            if more.isEmpty { break }
-            for pidfd in more where !known.contains(pidfd.pid) {
-                for member in ProcessTree.members(of: pidfd, owner: owner, excluded: &left, visit: guarded)
-                where known.insert(member.pid).inserted {
-                    members.append(member)
-                }
-            }
+        if let followed = tracked(app, [root.pid]) {
+            return followedMembers(of: app, root: root, first: followed, owner: owner, excluded: &left, visit: visit)
         }
-        return members.filter { $0.pid != own }
+        let guarded: (Pidfd) -> Void = { if $0.pid != own { visit($0) } }
+        return ProcessTree.members(of: root, owner: owner, excluded: &left, visit: guarded).filter { $0.pid != own }
+    }
+
+    /// A tracked app's members: its own process and the tracker's set, no walk (the tracker
+    /// has read every fork of a member since it followed the app, in order). Asked again
+    /// while it has new ones: forks read meanwhile. A fork whose event is read only after
+    /// the app was stopped is stopped then (`forked`). With `owner`, only the processes that
+    /// uid may signal itself.
+    private func followedMembers(of app: ProcessIdentity, root: Pidfd, first: [Pidfd], owner: UInt32?,
+                                 excluded: inout [Int32], visit: (Pidfd) -> Void) -> [Pidfd] {
+        guard !root.hasExited else { return [] }
+        var members: [Pidfd] = []
+        var known: Set<Int32> = [ownPID]
+        var next = [root] + first
+        for _ in 0..<Self.maximumStopPasses {
+            for pidfd in next where known.insert(pidfd.pid).inserted {
+                if let owner, !ProcessTree.belongs(pidfd, to: owner) {
+                    excluded.append(pidfd.pid)
+                    if pidfd.pid == root.pid { return [] }  // as a walk: nothing of a root that is not the owner's
+                    continue
+                }
+                visit(pidfd)
+                members.append(pidfd)
+            }
+            next = tracked(app, known) ?? []
+            if next.isEmpty { break }
+        }
+        return members
+    }
+
+    /// The tracker read a fork into `app`: if the app is suspended with signals, the child
+    /// is stopped too, provided it is still the child of that member (not re-parented, not a
+    /// recycled pid) and its owner could signal it. Anything else is left to the stray check.
+    func forked(into app: ProcessIdentity, parent: Int32, child: Pidfd) {
+        guard let record = suspended[app], record.method == .signals, child.pid != ownPID,
+              let info = child.info, info.parentPID == parent,
+              record.uid == 0 || info.uids.signallable(by: record.uid) else { return }
+        try? child.send(signal: Signal.stop)
     }
 
     /// Logs, once per action, the processes of an app's tree that its owner could not signal.

@@ -31,6 +31,10 @@ final class Tracker {
     private var roots: [ProcessIdentity: Pidfd] = [:]
     /// Called each time the kernel dropped events (a burst beyond the socket buffer).
     let lost: () -> Void
+    /// Called for each process seen forked into an app, with its parent's pid, as its event
+    /// is read: a fork whose event came after the app was stopped is stopped then
+    /// (`Enforcer.forked`), since the app's members are this set, not a walk.
+    var forked: (ProcessIdentity, Int32, Pidfd) -> Void = { _, _, _ in }
     /// Datagrams read per `drain`: a fork storm cannot hold the loop; the rest wait in the
     /// socket, readable on the next pass.
     static let eventsPerDrain = 16_384
@@ -56,6 +60,9 @@ final class Tracker {
         roots[app] = root
         for pidfd in ProcessTree.members(of: root) { add(pidfd, to: app) }
     }
+
+    /// Whether `app` is followed (its members are this tracker's set).
+    func follows(_ app: ProcessIdentity) -> Bool { roots[app] != nil }
 
     /// Stops following `app` (it is gone).
     func stop(_ app: ProcessIdentity) {
@@ -107,7 +114,9 @@ final class Tracker {
                     // pid leaves again at the child's exit, read after this.
                     guard let app = appOf[parent], appOf[child] == nil else { continue }
                     appOf[child] = app
-                    members[app, default: [:]][child] = (try? Pidfd.open(pid: child)).map(Self.identity)
+                    let pidfd = try? Pidfd.open(pid: child)
+                    members[app, default: [:]][child] = pidfd.map(Self.identity)
+                    if let pidfd { forked(app, parent, pidfd) }
                 case let .exit(pid):
                     // A thread other than the leader that calls exec takes over the process:
                     // the old leader's exit is reported, but the process lives on, the same

@@ -83,7 +83,7 @@ public enum ProcessTree {
     }
 
     /// `belongs` for a process held by a pidfd: its uids from the pidfd where the kernel can.
-    static func belongs(_ pidfd: Pidfd, to owner: UInt32) -> Bool {
+    public static func belongs(_ pidfd: Pidfd, to owner: UInt32) -> Bool {
         if let info = pidfd.info { return info.uids.signallable(by: owner) }
         return belongs(pidfd.pid, to: owner)
     }

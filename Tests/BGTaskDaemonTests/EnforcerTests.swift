@@ -23,7 +23,7 @@ import TestSupport
             loop = try EventLoop()
             var roots: () -> [ProcessIdentity: Pidfd] = { [:] }
             var logged: (String) -> Void = { _ in }
-            enforcer = try Enforcer(loop: loop, root: { roots()[$0] }, tracked: { _, _ in [] }) { _, message in logged(message) }
+            enforcer = try Enforcer(loop: loop, root: { roots()[$0] }, tracked: { _, _ in nil }) { _, message in logged(message) }
             roots = { [unowned self] in self.roots }
             logged = { [unowned self] in self.logged.append($0) }
             enforcer.schedule = { [unowned self] wait, instant in self.scheduled.append((wait, instant)) }
