@@ -100,18 +100,13 @@ final class TestDaemon {
         return try TestDaemon(settings, extraArguments: extraArguments, directory: directory, connecting: connecting)
     }
 
-    /// The daemon's log lines so far.
     /// Whether a line of the log matches, waiting for it (at most `timeout` seconds): the
     /// daemon writes a pass's log records when the pass ends, just after what it did.
     func logged(timeout: Double = 5, _ match: (String) -> Bool) -> Bool {
-        let deadline = Clock.monotonicNanoseconds() + Int64(timeout * 1e9)
-        while true {
-            if log().contains(where: match) { return true }
-            if Clock.monotonicNanoseconds() > deadline { return false }
-            usleep(2000)
-        }
+        (try? waitUntil("a log line", timeout: timeout) { log().contains(where: match) }) != nil
     }
 
+    /// The daemon's log lines so far.
     func log() -> [String] {
         let bytes = (try? readFile(logPath)) ?? []
         return String(decoding: bytes, as: UTF8.self).split(separator: "\n").map(String.init)
