@@ -77,9 +77,12 @@ final class Connection {
     /// Queues a reply; the daemon writes it at the end of the pass, after the state file
     /// (`Daemon.commit`). Returns false if the peer is too far behind, in which case the
     /// caller must close the connection.
-    func send(_ reply: VarlinkReply) -> Bool {
+    func send(_ reply: VarlinkReply) -> Bool { send(writing: { reply.write(to: &$0) }) }
+
+    /// Queues a reply `write` puts into the output (without its NUL), as `send` does.
+    func send(writing write: (inout [UInt8]) -> Void) -> Bool {
         guard !isClosed, pendingOutputBytes <= Self.maximumPendingOutput else { return false }
-        appendOwn { reply.write(to: &$0); $0.append(0) }
+        appendOwn { write(&$0); $0.append(0) }
         return true
     }
 

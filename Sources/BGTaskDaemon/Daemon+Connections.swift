@@ -82,27 +82,34 @@ extension Daemon {
                 close(connection)
                 return handled
             }
-            let call: VarlinkCall
+            let request: Request
             do {
-                call = try VarlinkCall(message: JSON.parse(message))
+                request = try Self.decode(message)
             } catch {
                 // Not a Varlink call: the stream cannot be trusted past this point.
                 log(.notice, "Closing \(connection.id) (uid \(connection.credentials.uid)): \(error)")
                 close(connection)
                 return handled
             }
-            handle(call, on: connection, at: now)
+            handle(request, on: connection, at: now)
             handled = true
         }
         return handled
     }
 
-    func handle(_ call: VarlinkCall, on connection: Connection, at now: Instant) {
+    /// A message as a call: a hot method's straight from its bytes when it can be
+    /// (`FlatCall`, `HotCall`), else through `JSON` (which says what is wrong with it).
+    static func decode(_ message: ArraySlice<UInt8>) throws -> Request {
+        let hot = message.withUnsafeBufferPointer { bytes in FlatCall(bytes).flatMap { HotCall(flat: $0, in: bytes) } }
+        if let hot { return .hot(hot) }
+        return .general(try VarlinkCall(message: JSON.parse(message)))
+    }
+
+    func handle(_ request: Request, on connection: Connection, at now: Instant) {
         var effects: [Effect] = []
         let answer: Answer
         do throws(VarlinkError) {
-            if call.upgrade { throw VarlinkError.methodNotImplemented(call.method) }
-            answer = try dispatch(call, on: connection, at: now, effects: &effects)
+            answer = try dispatch(request, on: connection, at: now, effects: &effects)
         } catch {
             answer = .reply(VarlinkReply(error: error))
         }
@@ -113,9 +120,11 @@ extension Daemon {
         }
         switch answer {
         case let .reply(reply):
-            if !call.oneway || reply.continues { send(reply, to: connection) }
+            if !request.oneway || reply.continues { send(reply, to: connection) }
+        case let .hot(reply):
+            if !request.oneway || reply.continues { send(reply, to: connection) }
         case let .listing(listing):
-            guard !call.oneway else { return }
+            guard !request.oneway else { return }
             connection.listing = listing
             connection.continueListing()
             touch(connection)
@@ -181,6 +190,10 @@ extension Daemon {
         if connection.send(reply), withinUserBound(connection) { touch(connection) } else { drop(connection) }
     }
 
+    func send(_ reply: HotReply, to connection: Connection) {
+        if connection.send { reply.write(to: &$0) }, withinUserBound(connection) { touch(connection) } else { drop(connection) }
+    }
+
     /// Queues an event encoded once for many connections.
     func send(shared frame: [UInt8], to connection: Connection) {
         if connection.send(shared: frame), withinUserBound(connection) { touch(connection) } else { drop(connection) }
@@ -237,8 +250,10 @@ extension Daemon {
     }
 }
 
-/// What a call is answered with: a reply, or a listing sent in slices.
+/// What a call is answered with: a reply (a hot method's written directly), or a listing
+/// sent in slices.
 enum Answer {
     case reply(VarlinkReply)
+    case hot(HotReply)
     case listing(ListingReply)
 }

@@ -7,15 +7,27 @@ import Varlink
 /// first call (Endpoint+Caller).
 extension Daemon {
     func appCall(_ method: AppMethod, _ call: VarlinkCall, on connection: Connection, at now: Instant,
-                 effects: inout [Effect]) throws -> VarlinkReply {
-        // A read changes nothing, so a full disk refuses it only for a caller not yet an app
-        // (its registration would be a change).
-        if !method.reads { try requireWritableState() }
-        let process = try caller(of: connection)
-        let app = try callingApp(process, on: connection, at: now, effects: &effects)
+                 effects: inout [Effect]) throws -> Answer {
+        switch method {
+        case .beginTask: return .hot(try hotCall(HotCall(.beginTask, general: call), on: connection, at: now, effects: &effects))
+        case .endTask: return .hot(try hotCall(HotCall(.endTask, general: call), on: connection, at: now, effects: &effects))
+        case .getTimeRemaining:
+            return .hot(try hotCall(HotCall(.getTimeRemaining, general: call), on: connection, at: now, effects: &effects))
+        case .subscribe, .finishBackgroundTransition, .finishWake:
+            let (_, app) = try appCaller(of: connection, reads: method.reads, at: now, effects: &effects)
+            return .reply(try lifecycleCall(method, call, on: connection, app: app, at: now, effects: &effects))
+        case .submitTaskRequest, .cancelTaskRequest, .cancelAllTaskRequests, .getPendingTaskRequests, .setTaskCompleted:
+            let (process, app) = try appCaller(of: connection, reads: method.reads, at: now, effects: &effects)
+            return .reply(try requestCall(method, call, app: app, process: process, at: now, effects: &effects))
+        }
+    }
+
+    /// `Subscribe`, `FinishBackgroundTransition`, `FinishWake`.
+    private func lifecycleCall(_ method: AppMethod, _ call: VarlinkCall, on connection: Connection, app: ProcessIdentity,
+                               at now: Instant, effects: inout [Effect]) throws -> VarlinkReply {
+        _ = try Parameters(call.parameters, allowed: [])
         switch method {
         case .subscribe:
-            _ = try Parameters(call.parameters, allowed: [])
             guard call.more else { throw VarlinkError.expectedMore }
             guard (subscribers[app]?.count ?? 0) < Self.maximumSubscribersPerApp else {
                 throw BGTaskError.limitExceeded("\(Self.maximumSubscribersPerApp) subscriptions of app \(app.pid)")
@@ -34,43 +46,13 @@ extension Daemon {
                 Field.taskIds: .array(held.map { .int(Int64($0.id)) }),
                 Field.expiringTaskIds: .array(held.filter { $0.state == .expiring }.map { .int(Int64($0.id)) }),
             ], continues: true)
-        case .beginTask:
-            let parameters = try Parameters(call.parameters, allowed: ["name", "expirationHandler"])
-            let name = try TaskName.validate(try parameters.optionalString("name") ?? "")
-            let handler = try parameters.optionalBool("expirationHandler") ?? false
-            let streamed = call.more && !call.oneway
-            let task = try model.beginTask(in: app, owner: process.identity, name: name, expirationHandler: handler,
-                                           connection: streamed ? connection.id : nil, at: now, effects: &effects)
-            if streamed {
-                connection.stream = .task(task.id)
-                taskStreams[task.id] = connection.id
-            }
-            return VarlinkReply(parameters: Wire.taskState(task), continues: streamed)
-        case .endTask:
-            let parameters = try Parameters(call.parameters, allowed: [Field.taskId])
-            let id = try parameters.int(Field.taskId)
-            // Not an id the daemon gives (0, negative): the error names the id it was given.
-            guard let taskID = TaskID(exactly: id), taskID > 0 else { throw ErrorName.noSuchTask([Field.taskId: .int(id)]) }
-            try model.endTask(taskID, in: app, at: now, effects: &effects)
-            return VarlinkReply()
-        case .getTimeRemaining:
-            _ = try Parameters(call.parameters, allowed: [])
-            let snapshot = model.snapshot(of: app, at: now)!
-            return VarlinkReply(parameters: [
-                Field.backgroundTimeRemaining: Wire.seconds(snapshot.backgroundTimeRemaining),
-                Field.backgroundQuotaRemaining: Wire.seconds(snapshot.backgroundQuotaRemaining),
-                Field.state: .string(snapshot.state.rawValue),
-            ])
         case .finishBackgroundTransition:
-            _ = try Parameters(call.parameters, allowed: [])
             model.finishTransition(of: app, at: now, effects: &effects)
-            return VarlinkReply()
         case .finishWake:
-            _ = try Parameters(call.parameters, allowed: [])
             model.finishWake(of: app, at: now, effects: &effects)
-            return VarlinkReply()
-        case .submitTaskRequest, .cancelTaskRequest, .cancelAllTaskRequests, .getPendingTaskRequests, .setTaskCompleted:
-            return try requestCall(method, call, app: app, process: process, at: now, effects: &effects)
+        default:
+            throw VarlinkError.methodNotFound(call.method)  // not a lifecycle method: never reached
         }
+        return VarlinkReply()
     }
 }

@@ -11,18 +11,7 @@ extension Daemon {
                      effects: inout [Effect]) throws -> Answer {
         switch method {
         case .setAppState:
-            let parameters = try Parameters(call.parameters, allowed: ["pid", "unit", "state", "reason"])
-            let target = try parameters.target()
-            guard let state = AppState(rawValue: try parameters.string("state")),
-                  state == .foreground || state == .background else { throw VarlinkError.invalidParameter("state") }
-            // Any text (escaped where printed), bounded.
-            let reason = try parameters.optionalString("reason")
-            if let reason, reason.utf8.count > WakeReason.maximumReasonBytes { throw VarlinkError.invalidParameter("reason") }
-            try requireWritableState()
-            let app = try managedApp(target, by: connection, register: true, at: now, effects: &effects)
-            let snapshot = try model.setState(of: app, to: state, by: managerName(of: connection),
-                                              reason: reason, at: now, effects: &effects)
-            return .reply(VarlinkReply(parameters: ["app": Wire.app(snapshot)]))
+            return .hot(try hotCall(HotCall(.setAppState, general: call), on: connection, at: now, effects: &effects))
         case .listApps:
             _ = try Parameters(call.parameters, allowed: [])
             let apps = model.listApps(ownedBy: visibleUID(connection), at: now)

@@ -33,6 +33,12 @@ enum Wire {
         return .object(object)
     }
 
+    /// `GetTimeRemaining`'s reply.
+    static func timeRemaining(_ app: AppSnapshot) -> [String: JSON] {
+        [Field.backgroundTimeRemaining: seconds(app.backgroundTimeRemaining),
+         Field.backgroundQuotaRemaining: seconds(app.backgroundQuotaRemaining), Field.state: .string(app.state.rawValue)]
+    }
+
     /// A task's `more` stream reply.
     static func taskState(_ task: TaskSnapshot) -> [String: JSON] {
         var object: [String: JSON] = ["taskId": .int(Int64(task.id)), "state": .string(task.state.rawValue)]
@@ -212,7 +218,7 @@ extension EventName {
 
 /// How a manager names an app: by a process of it, or by its unit (a unit name such as
 /// `app-foo.scope`, or the unit's cgroup path).
-enum AppTarget {
+enum AppTarget: Equatable {
     case pid(Int32)
     case unit(String)
 }

@@ -5,7 +5,8 @@
 // The first input byte picks the chunk size the rest arrives in (a stream splits anywhere).
 // Beyond "no crash", it checks that the framer hands back exactly the bytes it got, that
 // every JSON value it parses serializes to a text that parses back to the same value, and
-// that decoded calls and replies survive their own encoding.
+// that decoded calls and replies survive their own encoding, and that a call the daemon's
+// hot path reads from its bytes (FlatCall) is the call the general path reads.
 
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzVarlink(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
@@ -43,6 +44,7 @@ public func fuzzVarlink(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
 }
 
 func decode(_ message: ArraySlice<UInt8>) {
+    checkFlat(message)
     guard let json = try? JSON.parse(message) else { return }
     let text = json.serialized
     guard let again = try? JSON.parse(text) else { preconditionFailure("serialized JSON does not parse: \(text)") }
@@ -56,5 +58,18 @@ func decode(_ message: ArraySlice<UInt8>) {
         let decoded = try? VarlinkReply(message: reply.json)
         precondition(decoded?.parameters == reply.parameters && decoded?.continues == reply.continues
                      && decoded?.error == reply.error, "reply round trip")
+    }
+}
+
+/// A message `FlatCall` takes is a Varlink call to the general path too, the same one.
+func checkFlat(_ message: ArraySlice<UInt8>) {
+    message.withUnsafeBufferPointer { bytes in
+        guard let flat = FlatCall(bytes) else { return }
+        let (method, parameters) = flat.general(in: bytes)
+        guard let json = try? JSON.parse(message), let call = try? VarlinkCall(message: json) else {
+            preconditionFailure("FlatCall took a message the general path refuses")
+        }
+        precondition(call.method == method && call.parameters == parameters && call.more == flat.more
+                     && call.oneway == flat.oneway && !call.upgrade, "FlatCall read another call than the general path")
     }
 }

@@ -1,0 +1,123 @@
+// SPDX-License-Identifier: Apache-2.0
+import BGTaskCore
+import BGTaskProtocol
+import Varlink
+
+/// The hot methods (`HotCall`), however their call was decoded, and their replies written
+/// straight into the connection's output (`HotReply`).
+extension Daemon {
+    func hotCall(_ call: HotCall, on connection: Connection, at now: Instant, effects: inout [Effect]) throws -> HotReply {
+        switch call.fields {
+        case let .beginTask(name, expirationHandler):
+            let name = try TaskName.validate(name ?? "")
+            let (process, app) = try appCaller(of: connection, reads: false, at: now, effects: &effects)
+            let streamed = call.more && !call.oneway
+            let task = try model.beginTask(in: app, owner: process.identity, name: name,
+                                           expirationHandler: expirationHandler ?? false,
+                                           connection: streamed ? connection.id : nil, at: now, effects: &effects)
+            if streamed {
+                connection.stream = .task(task.id)
+                taskStreams[task.id] = connection.id
+            }
+            return .task(task, continues: streamed)
+        case let .endTask(id):
+            // Not an id the daemon gives (0, negative): the error names the id it was given.
+            guard let taskID = TaskID(exactly: id), taskID > 0 else { throw ErrorName.noSuchTask([Field.taskId: .int(id)]) }
+            let (_, app) = try appCaller(of: connection, reads: false, at: now, effects: &effects)
+            try model.endTask(taskID, in: app, at: now, effects: &effects)
+            return .empty
+        case .getTimeRemaining:
+            let (_, app) = try appCaller(of: connection, reads: true, at: now, effects: &effects)
+            return .timeRemaining(model.snapshot(of: app, at: now)!)
+        case let .setAppState(target, state, reason):
+            guard let state = AppState(rawValue: state), state == .foreground || state == .background else {
+                throw VarlinkError.invalidParameter("state")
+            }
+            // Any text (escaped where printed), bounded.
+            if let reason, reason.utf8.count > WakeReason.maximumReasonBytes { throw VarlinkError.invalidParameter("reason") }
+            try requireWritableState()
+            let app = try managedApp(target, by: connection, register: true, at: now, effects: &effects)
+            return .app(try model.setState(of: app, to: state, by: managerName(of: connection), reason: reason,
+                                           at: now, effects: &effects))
+        }
+    }
+
+    /// The caller of an App method and its app, registered on its first call. A read
+    /// changes nothing, so a full disk refuses it only for a caller not yet an app (its
+    /// registration would be a change).
+    func appCaller(of connection: Connection, reads: Bool, at now: Instant,
+                   effects: inout [Effect]) throws -> (process: ProcessDescription, app: ProcessIdentity) {
+        if !reads { try requireWritableState() }
+        let process = try caller(of: connection)
+        return (process, try callingApp(process, on: connection, at: now, effects: &effects))
+    }
+}
+
+/// A hot method's reply. `write` puts the same text as `general` would (checked in debug
+/// builds, which the tests run) without building its dictionary and sorting its keys.
+enum HotReply {
+    /// `BeginTask`: the task's state; `continues` for a task streamed to its caller.
+    case task(TaskSnapshot, continues: Bool)
+    /// `EndTask`.
+    case empty
+    case timeRemaining(AppSnapshot)
+    /// `SetAppState`: the app after the change.
+    case app(AppSnapshot)
+
+    var continues: Bool {
+        if case let .task(_, continues) = self { return continues }
+        return false
+    }
+
+    /// The reply as the general path builds it.
+    var general: VarlinkReply {
+        switch self {
+        case let .task(task, continues): VarlinkReply(parameters: Wire.taskState(task), continues: continues)
+        case .empty: VarlinkReply()
+        case let .timeRemaining(app): VarlinkReply(parameters: Wire.timeRemaining(app))
+        case let .app(app): VarlinkReply(parameters: ["app": Wire.app(app)])
+        }
+    }
+
+    /// Appends the reply's text (no NUL), keys in the order `JSON.writeObject` sorts them.
+    func write(to out: inout [UInt8]) {
+        let start = out.count
+        func raw(_ text: StaticString) {
+            out.append(contentsOf: UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
+        }
+        func string(_ text: String) { JSON.writeString(text, to: &out) }
+        func value(_ json: JSON) { json.write(to: &out) }
+        switch self {
+        case let .task(task, continues):
+            raw(continues ? "{\"continues\":true,\"parameters\":{" : "{\"parameters\":{")
+            if let reason = task.reason { raw("\"reason\":"); string(reason.rawValue); raw(",") }
+            raw("\"state\":"); string(task.state.rawValue)
+            raw(",\"taskId\":"); JSON.writeInteger(Int64(task.id), to: &out)
+            raw("}}")
+        case .empty:
+            raw("{\"parameters\":{}}")
+        case let .timeRemaining(app):
+            raw("{\"parameters\":{\"backgroundQuotaRemaining\":"); value(Wire.seconds(app.backgroundQuotaRemaining))
+            raw(",\"backgroundTimeRemaining\":"); value(Wire.seconds(app.backgroundTimeRemaining))
+            raw(",\"state\":"); string(app.state.rawValue)
+            raw("}}")
+        case let .app(app):
+            raw("{\"parameters\":{\"app\":{\"backgroundQuotaRemaining\":"); value(Wire.seconds(app.backgroundQuotaRemaining))
+            raw(",\"backgroundTimeRemaining\":"); value(Wire.seconds(app.backgroundTimeRemaining))
+            raw(",\"command\":"); string(app.command)
+            raw(",\"containment\":"); string(app.containment.rawValue)
+            raw(",\"exempt\":"); raw(app.exempt ? "true" : "false")
+            raw(",\"manager\":"); if let manager = app.manager { string(manager) } else { raw("null") }
+            raw(",\"phase\":"); if let phase = app.phase { string(phase.rawValue) } else { raw("null") }
+            raw(",\"pid\":"); JSON.writeInteger(Int64(app.identity.pid), to: &out)
+            raw(",\"policy\":"); if let policy = app.policy { string(policy) } else { raw("null") }
+            raw(",\"state\":"); string(app.state.rawValue)
+            raw(",\"subscribed\":"); raw(app.subscribed ? "true" : "false")
+            raw(",\"tasks\":"); JSON.writeInteger(Int64(app.taskCount), to: &out)
+            raw(",\"uid\":"); JSON.writeInteger(Int64(app.uid), to: &out)
+            raw(",\"unit\":"); if let unit = app.unit { string(AppUnit.name(ofPath: unit)) } else { raw("null") }
+            raw("}}}")
+        }
+        assert(Array(out[start...]) == general.frame.dropLast(), "HotReply.write differs from the general reply")
+    }
+}

@@ -1,0 +1,87 @@
+// SPDX-License-Identifier: Apache-2.0
+@testable import BGTaskCore
+@testable import BGTaskDaemon
+import Testing
+import Varlink
+
+/// A hot method's call decoded from its bytes is the call its general decoding gives, and
+/// what the bytes path does not take goes the general way (whose errors the end-to-end
+/// suites check).
+@Suite struct HotCallTests {
+    static func decode(_ text: String) throws -> Request { try Daemon.decode(ArraySlice(text.utf8)) }
+
+    static let hot: [(String, HotCall.Fields)] = [
+        (#"{"method":"io.bgtaskd.App.BeginTask","parameters":{"name":"upload","expirationHandler":true},"more":true}"#,
+         .beginTask(name: "upload", expirationHandler: true)),
+        (#"{"method":"io.bgtaskd.App.BeginTask"}"#, .beginTask(name: nil, expirationHandler: nil)),
+        (#"{"method":"io.bgtaskd.App.BeginTask","parameters":{"name":null,"expirationHandler":null}}"#,
+         .beginTask(name: nil, expirationHandler: nil)),
+        (#"{"method":"io.bgtaskd.App.EndTask","parameters":{"taskId":7},"oneway":true}"#, .endTask(taskId: 7)),
+        (#"{"method":"io.bgtaskd.App.EndTask","parameters":{"taskId":-5}}"#, .endTask(taskId: -5)),
+        (#"{"method":"io.bgtaskd.App.GetTimeRemaining","parameters":{}}"#, .getTimeRemaining),
+        (#"{"method":"io.bgtaskd.Manager.SetAppState","parameters":{"pid":42,"state":"background","reason":"locked"}}"#,
+         .setAppState(target: .pid(42), state: "background", reason: "locked")),
+        (#"{"method":"io.bgtaskd.Manager.SetAppState","parameters":{"unit":"app-x.scope","pid":null,"state":"foreground"}}"#,
+         .setAppState(target: .unit("app-x.scope"), state: "foreground", reason: nil)),
+        (#"{"method":"io.bgtaskd.Manager.SetAppState","parameters":{"pid":1,"state":"nonsense"}}"#,
+         .setAppState(target: .pid(1), state: "nonsense", reason: nil)),  // the handler refuses the state
+    ]
+
+    @Test func fromBytesAsFromTheGeneralCall() throws {
+        for (text, fields) in Self.hot {
+            guard case let .hot(call) = try Self.decode(text) else {
+                Issue.record("not decoded from its bytes: \(text)")
+                continue
+            }
+            #expect(call.fields == fields, "\(text)")
+            let general = try VarlinkCall(message: JSON.parse(text))
+            let method = try #require(HotMethod.allCases.first { $0.method.qualified == general.method })
+            let fromGeneral = try HotCall(method, general: general)
+            #expect(fromGeneral.fields == call.fields && fromGeneral.more == call.more && fromGeneral.oneway == call.oneway,
+                    "\(text)")
+        }
+    }
+
+    static let general = [
+        #"{"method":"io.bgtaskd.App.BeginTask","parameters":{"name":"x","other":1}}"#,  // InvalidParameter
+        #"{"method":"io.bgtaskd.App.BeginTask","parameters":{"name":5}}"#,
+        #"{"method":"io.bgtaskd.App.BeginTask","parameters":{"expirationHandler":"yes"}}"#,
+        #"{"method":"io.bgtaskd.App.BeginTask","parameters":{"name":"caf\u00e9"}}"#,  // valid, decoded in general
+        #"{"method":"io.bgtaskd.App.EndTask","parameters":{}}"#,
+        #"{"method":"io.bgtaskd.App.EndTask","parameters":{"taskId":null}}"#,
+        #"{"method":"io.bgtaskd.App.EndTask","parameters":{"taskId":"1"}}"#,
+        #"{"method":"io.bgtaskd.App.EndTask","parameters":{"taskId":1.0}}"#,
+        #"{"method":"io.bgtaskd.App.GetTimeRemaining","parameters":{"x":null}}"#,
+        #"{"method":"io.bgtaskd.Manager.SetAppState","parameters":{"pid":1,"unit":"u","state":"background"}}"#,
+        #"{"method":"io.bgtaskd.Manager.SetAppState","parameters":{"pid":0,"state":"background"}}"#,
+        #"{"method":"io.bgtaskd.Manager.SetAppState","parameters":{"pid":4294967296,"state":"background"}}"#,
+        #"{"method":"io.bgtaskd.Manager.SetAppState","parameters":{"pid":1}}"#,
+        #"{"method":"io.bgtaskd.Manager.SetAppState","parameters":{"state":"background"}}"#,
+        #"{"method":"io.bgtaskd.App.Subscribe","more":true}"#,
+        #"{"method":"io.bgtaskd.App.BeginTaskX"}"#,
+        #"{"method":"io.bgtaskd.App.BeginTask","upgrade":true}"#,
+    ]
+
+    @Test func theRestGoesTheGeneralWay() throws {
+        for text in Self.general {
+            guard case .general = try Self.decode(text) else {
+                Issue.record("decoded from its bytes: \(text)")
+                continue
+            }
+        }
+        #expect(throws: (any Error).self) { try Self.decode(#"{"method":"io.bgtaskd.App.EndTask","#) }
+    }
+
+    /// The bytes a hot reply writes are the general reply's (also asserted on every reply in
+    /// debug builds, which the end-to-end suites run).
+    @Test func repliesAreTheGeneralText() {
+        let task = TaskSnapshot(id: 9, app: ProcessIdentity(pid: 10, startTime: 1), owner: ProcessIdentity(pid: 11, startTime: 2),
+                                uid: 1000, name: "n", state: .denied, reason: .noBackgroundTime, age: .zero,
+                                expirationHandler: false)
+        for reply in [HotReply.task(task, continues: true), .task(task, continues: false), .empty] {
+            var bytes: [UInt8] = []
+            reply.write(to: &bytes)
+            #expect(bytes + [0] == reply.general.frame)
+        }
+    }
+}
