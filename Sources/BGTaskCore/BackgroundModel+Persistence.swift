@@ -155,14 +155,16 @@ extension BackgroundModel {
     /// What changed since the last call: the daemon writes these before it carries out the
     /// effects, so what is on disk is never behind what was done to a process.
     public mutating func takeChanges() -> (processes: [SavedProcessChange], tasks: [SavedTaskChange]) {
-        let processes = apps.takeChanges().map { identity -> SavedProcessChange in
+        let processes = apps.changedKeys.map { identity -> SavedProcessChange in
             if let app = apps[identity] { return .app(saved(app)) }
             if let termination = terminating[identity] { return .terminating(identity, termination) }
             return .gone(identity)
         }
-        let tasks = self.tasks.takeChanges().map { id -> SavedTaskChange in
+        let tasks = self.tasks.changedKeys.map { id -> SavedTaskChange in
             self.tasks[id].map { .task(saved($0)) } ?? .gone(id)
         }
+        apps.clearChanges()
+        self.tasks.clearChanges()
         return (processes, tasks)
     }
 

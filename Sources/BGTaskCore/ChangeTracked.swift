@@ -2,8 +2,8 @@
 /// A dictionary that remembers which keys changed, so the daemon can save only those.
 ///
 /// Every write goes through the subscript (`_modify` mutates in place: appending to a
-/// record's array does not copy it), which notes the key; `takeChanges()` hands the keys
-/// over and starts afresh.
+/// record's array does not copy it), which notes the key; `changedKeys` are those, until
+/// `clearChanges()`.
 struct ChangeTracked<Key: Hashable, Value> {
     private(set) var dictionary: [Key: Value] = [:]
     private var changed: Set<Key> = []
@@ -27,15 +27,15 @@ struct ChangeTracked<Key: Hashable, Value> {
     var keys: Dictionary<Key, Value>.Keys { dictionary.keys }
     var values: Dictionary<Key, Value>.Values { dictionary.values }
 
-    /// Whether a key was written since the last `takeChanges()`.
+    /// Whether a key was written since the last `clearChanges()`.
     var hasChanges: Bool { !changed.isEmpty }
 
-    /// The keys written since the last call.
-    mutating func takeChanges() -> Set<Key> {
-        guard !changed.isEmpty else { return [] }  // most passes: no allocation
-        defer { changed = [] }
-        return changed
-    }
+    /// The keys written since the last `clearChanges()`.
+    var changedKeys: Set<Key> { changed }
+
+    /// Starts afresh, keeping the set's storage: taking the set and starting a new one
+    /// allocated one per pass (callgrind).
+    mutating func clearChanges() { changed.removeAll(keepingCapacity: true) }
 
     /// Notes `key` as changed without writing it.
     mutating func touch(_ key: Key) { changed.insert(key) }

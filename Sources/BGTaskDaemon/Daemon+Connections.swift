@@ -223,9 +223,10 @@ extension Daemon {
         var resumable: [Connection] = []
         while !touched.isEmpty {  // closing a connection can queue events for others
             writeState()
-            let batch = touched
-            touched.removeAll(keepingCapacity: true)
-            for connection in batch {
+            // Two arrays taking turns: a copy, then emptying `touched`, allocated anew each pass.
+            swap(&touched, &committing)
+            defer { committing.removeAll(keepingCapacity: true) }
+            for connection in committing {
                 connection.isTouched = false
                 guard !connection.isClosed else { continue }
                 guard connection.flush() else {

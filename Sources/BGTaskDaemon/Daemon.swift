@@ -65,6 +65,8 @@ public final class Daemon {
     var connections: [ConnectionID: Connection] = [:]
     /// Connections with output queued or events to update in this pass (`commit`).
     var touched: [Connection] = []
+    /// The connections `commit` is writing out: `touched` as it began, swapped in.
+    var committing: [Connection] = []
     var connectionsPerUID: [UInt32: Int] = [:]
     /// What each user's connections have waiting to be written (`maximumOutputBytesPerUser`).
     var outputAccounts: [UInt32: OutputAccount] = [:]

@@ -31,7 +31,7 @@ final class StateFile {
     private var linesSinceRewrite = 0
     /// Lines recorded and not yet in the log. A failed append (a full disk) leaves them all
     /// here: the log never holds half a line followed by another line.
-    private var pending: [UInt8] = []
+    private let pending = ByteBuffer()
     /// The next task id written: no id at or past it has been given out.
     private var lastNextTaskID = 0
     static let taskIDBlock = 1024
@@ -202,11 +202,11 @@ final class StateFile {
         raw(",\"expirationHandler\":"); flag(task.expirationHandler)
         raw(",\"grantAt\":"); number(task.grantAt.nanoseconds)
         raw(",\"id\":"); number(Int64(task.id))
-        raw(",\"name\":"); JSON.string(task.name).write(to: &pending)
+        raw(",\"name\":"); pending.appendString(task.name)
         raw(",\"owner\":"); identity(task.owner)
-        raw(",\"state\":\""); pending.append(contentsOf: task.state.rawValue.utf8); raw("\"}}\n")
+        raw(",\"state\":"); pending.appendString(task.state.rawValue); raw("}}\n")
         linesSinceRewrite += 1
-        assert(Array(pending[start...]) == Array((JSON.object(["task": Self.encode(task)]).serialized + "\n").utf8))
+        assert(pending.bytes(from: start) == Array((JSON.object(["task": Self.encode(task)]).serialized + "\n").utf8))
     }
 
     /// An app line, written directly as `appendTask` is (one goes out with most calls: the
@@ -214,7 +214,7 @@ final class StateFile {
     /// checked in debug builds. Keys in the serializer's order.
     func appendApp(_ app: SavedApp) {
         let start = pending.count
-        func string(_ value: String) { JSON.string(value).write(to: &pending) }
+        func string(_ value: String) { pending.appendString(value) }
         raw("{\"app\":{\"command\":"); string(app.command)
         raw(",\"containment\":"); string(app.containment.rawValue)
         if let deadline = app.deadline { raw(",\"deadline\":"); number(deadline.nanoseconds) }
@@ -232,18 +232,20 @@ final class StateFile {
         if app.warned { raw(",\"warned\":true") }
         raw("}}\n")
         linesSinceRewrite += 1
-        assert(Array(pending[start...]) == Array((JSON.object(["app": Self.encode(app)]).serialized + "\n").utf8))
+        assert(pending.bytes(from: start) == Array((JSON.object(["app": Self.encode(app)]).serialized + "\n").utf8))
     }
 
     private func raw(_ text: StaticString) {
-        pending.append(contentsOf: UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
+        pending.append(text)
     }
 
-    private func number(_ value: Int64) { JSON.writeInteger(value, to: &pending) }
+    private func number(_ value: Int64) { pending.appendInteger(value) }
 
     private func append(_ kind: String, _ value: JSON) {
-        JSON.object([kind: value]).write(to: &pending)
-        pending.append(UInt8(ascii: "\n"))
+        var text: [UInt8] = []
+        JSON.object([kind: value]).write(to: &text)
+        text.append(UInt8(ascii: "\n"))
+        text.withUnsafeBytes { pending.append($0) }
         linesSinceRewrite += 1
     }
 
@@ -251,19 +253,21 @@ final class StateFile {
     /// now be rewritten. On failure nothing recorded is lost: the next call appends it.
     func flush(liveRecords: Int) throws(Errno) -> Bool {
         guard !pending.isEmpty, let log else { return false }
-        try pending.withUnsafeBytes { bytes in Result { () throws(Errno) in try log.append(bytes) } }.get()
-        pending.removeAll(keepingCapacity: pending.count < 1 << 20)
+        try pending.withBytes { bytes in Result { () throws(Errno) in try log.append(bytes) } }.get()
+        pending.removeAll(keepingCapacityUpTo: 1 << 20)
         return linesSinceRewrite > max(4096, 4 * liveRecords)
     }
 
     /// Replaces the file with the whole state, then appends to the new one. If that fails
     /// (no room for the copy), the old log and what is still to be appended to it stay.
     func rewrite(_ state: SavedState, history: [HistoryEntry]) throws(Errno) {
-        let unwritten = pending
+        let unwritten = pending.bytes(from: 0)
         let unwrittenLines = linesSinceRewrite
-        pending = []
-        JSON.object(["format": .int(Int64(Self.format)), "boot": .string(Self.bootID)]).write(to: &pending)
-        pending.append(UInt8(ascii: "\n"))
+        pending.removeAll()
+        var header: [UInt8] = []
+        JSON.object(["format": .int(Int64(Self.format)), "boot": .string(Self.bootID)]).write(to: &header)
+        header.append(UInt8(ascii: "\n"))
+        header.withUnsafeBytes { pending.append($0) }
         for entry in history { record(entry) }
         // The whole state is every record changed at once.
         record((state.apps.values.map { .app($0) } + state.terminating.map { .terminating($0, $1) },
@@ -272,12 +276,13 @@ final class StateFile {
         record(requests: state.requests.keys.sorted().map { ($0, state.requests[$0]) })
         lastNextTaskID = max(lastNextTaskID, state.nextTaskID)
         append("nextTaskId", .int(Int64(lastNextTaskID)))
-        let whole = pending
+        let whole = pending.bytes(from: 0)
         let file: FileDescriptor
         do {
             file = try directory.replace(Self.fileName, with: whole)
         } catch {
-            pending = unwritten
+            pending.removeAll()
+            unwritten.withUnsafeBytes { pending.append($0) }
             linesSinceRewrite = unwrittenLines
             throw error
         }

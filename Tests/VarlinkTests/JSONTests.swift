@@ -44,3 +44,25 @@ import Varlink
         #expect(try JSON.parse(value.serialized) == value)
     }
 }
+
+/// `ByteBuffer` writes what `JSON` writes, and grows past its first capacity.
+@Suite struct ByteBufferTests {
+    @Test func numbersAndStringsAreJSONsText() {
+        let buffer = ByteBuffer(capacity: 1)
+        var expected: [UInt8] = []
+        for value: Int64 in [0, 7, 9, 10, 99, 100, -1, -10, 41_564_912_882_000, .max, .min, .min + 1] {
+            buffer.appendInteger(value)
+            JSON.writeInteger(value, to: &expected)
+            buffer.append(",")
+            expected.append(UInt8(ascii: ","))
+        }
+        for text in ["", "bench", "a\"b", "back\\slash", "tab\there", "\u{7F}", "é ✓", String(repeating: "x", count: 5000)] {
+            buffer.appendString(text)
+            JSON.writeString(text, to: &expected)
+        }
+        #expect(buffer.bytes(from: 0) == expected)
+        #expect(buffer.count == expected.count)
+        buffer.removeAll()
+        #expect(buffer.isEmpty)
+    }
+}

@@ -27,8 +27,8 @@ final class TestDaemon {
 
     /// Starts the daemon with `--set` assignments and waits until it answers; in `directory`
     /// (to restart on the same socket) or a fresh temporary one.
-    /// With `connecting: false` it is taken as ready from its log ("serving on"), without a
-    /// connection: a test can then see what the daemon does before any client comes.
+    /// It is ready once its log says "serving on"; with `connecting: false` no connection is
+    /// made: a test can then see what the daemon does before any client comes.
     /// With `cgroup`, the daemon starts in that cgroup (as under systemd, in a unit of its own);
     /// with `wrapper`, under that command (`unshare -n --`: a network namespace of its own).
     init(_ settings: [String] = [], extraArguments: [String] = [], directory reused: String? = nil,
@@ -68,7 +68,9 @@ final class TestDaemon {
         }
         try waitUntil("bgtaskd to answer at \(socketPath)", timeout: 10) {
             if process.hasExited { throw TestFailure("bgtaskd exited during start-up") }
-            return connecting ? UnixSocket.isAnswering(path: socketPath) : serving() > servedBefore
+            // The socket takes connections as soon as it is bound, before the state directory
+            // exists: ready is "serving on" in the log (and, when asked, a connection).
+            return serving() > servedBefore && (!connecting || UnixSocket.isAnswering(path: socketPath))
         }
     }
 
