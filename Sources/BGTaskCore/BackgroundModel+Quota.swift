@@ -68,7 +68,9 @@ extension BackgroundModel {
     /// Starts or stops counting `app`'s time, as its holding a granted task in the
     /// background changed. Cheap (and nothing) for apps without a quota.
     mutating func settleQuota(_ app: ProcessIdentity, at now: Instant) {
-        guard var record = apps[app], record.policy?.dailyBackground != nil, let key = record.quotaKey else { return }
+        // Most apps have no quota: asked of the record in place, before any copy.
+        guard apps.peek(app, { $0.policyBox?.value.dailyBackground != nil && $0.quotaKey != nil }) == true,
+              var record = apps[app], let key = record.quotaKey else { return }
         // A wake's window counts whole; otherwise time counts while a granted task is held.
         let holding = record.state == .background
             && (record.phase == .woken || record.taskIDs.contains { tasks[$0]?.state.isAssertion == true })

@@ -98,13 +98,14 @@ extension BackgroundModel {
 
     /// The grant timer fired.
     mutating func grant(_ id: TaskID, at now: Instant, effects: inout [Effect]) {
-        guard var task = tasks[id], task.state == .pending, let app = apps[task.app] else { return }
-        task.state = app.warned ? .expiring : .granted
+        guard var task = tasks[id], task.state == .pending, let warned = apps.peek(task.app, { $0.warned }) else { return }
+        task.state = warned ? .expiring : .granted
         tasks[id] = task
         effects.append(.lifecycle(task.app, uid: task.uid, .taskGranted(id)))
         effects.append(.taskChanged(snapshot(task, at: now)))
         if debugLogging {
-            effects.append(.log(.task(.taskGranted, .debug, id, name: task.name, app: task.app, uid: task.uid, command: app.command, "granted")))
+            effects.append(.log(.task(.taskGranted, .debug, id, name: task.name, app: task.app, uid: task.uid,
+                                      command: apps[task.app]?.command, "granted")))
         }
         settleQuota(task.app, at: now)
     }
@@ -143,8 +144,11 @@ extension BackgroundModel {
 
     /// Rule 5: a background app past its transition whose last task ended is suspended.
     mutating func suspendIfIdle(_ app: ProcessIdentity, at now: Instant, effects: inout [Effect]) {
-        guard let record = apps[app], record.state == .background, record.phase != .transition, record.phase != .woken,
-              record.taskIDs.isEmpty, record.policy?.exempt != true else { return }
+        let idle = apps.peek(app) { record in
+            record.state == .background && record.phase != .transition && record.phase != .woken && record.taskIDs.isEmpty
+                && record.policyBox?.value.exempt != true
+        }
+        guard idle == true else { return }
         suspend(app, reason: .tasksEnded, at: now, effects: &effects)
     }
 

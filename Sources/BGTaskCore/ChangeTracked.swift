@@ -23,6 +23,14 @@ struct ChangeTracked<Key: Hashable, Value> {
         _modify { yield &dictionary[key] }
     }
 
+    /// Reads `key`'s value where it lies, for a caller that needs a field or two: the getter
+    /// hands out a copy, every string and array in it retained then released (~400
+    /// instructions for an app's record, several per call: callgrind). `read` must not write.
+    mutating func peek<T>(_ key: Key, _ read: (inout Value) -> T) -> T? {
+        guard let index = dictionary.index(forKey: key) else { return nil }
+        return read(&dictionary.values[index])
+    }
+
     var count: Int { dictionary.count }
     var keys: Dictionary<Key, Value>.Keys { dictionary.keys }
     var values: Dictionary<Key, Value>.Values { dictionary.values }

@@ -53,9 +53,9 @@ extension Daemon {
         let gone = IOEvents.hangup | IOEvents.error | IOEvents.peerHangup
         if connection.wantsInput, events & (IOEvents.readable | gone) != 0 {
             do {
-                if let bytes = try connection.socket.readAvailable(upTo: Connection.readSize) {
-                    if bytes.isEmpty { return close(connection) }
-                    connection.framer.append(bytes)
+                if let count = try connection.socket.readAvailable(into: readBuffer) {
+                    if count == 0 { return close(connection) }
+                    connection.framer.append(UnsafeRawBufferPointer(rebasing: readBuffer[..<count]))
                 }
             } catch {
                 return close(connection)

@@ -65,12 +65,13 @@ extension Daemon {
     /// log has grown well past it. Called before every process action and at the end of
     /// every pass; with nothing to write it costs nothing.
     func writeState() {
-        guard model.hasUnsavedChanges || stateFile.hasPendingRecords || !stateFile.isOpen || !stateWritable else { return }
-        stateFile.record(model.takeChanges(), nextTaskID: model.nextTaskIdentifier)
+        // The model's reads in place (`inPlace`): this runs in every pass.
+        guard inPlace({ $0.hasUnsavedChanges }) || stateFile.hasPendingRecords || !stateFile.isOpen || !stateWritable else { return }
+        stateFile.record(model.takeChanges(), nextTaskID: inPlace { $0.nextTaskIdentifier })
         stateFile.record(quota: model.takeQuotaChanges())
         stateFile.record(requests: model.takeRequestChanges())
         do {
-            let live = model.appCount + model.taskCount + history.count
+            let live = inPlace { $0.appCount + $0.taskCount } + history.count
             if !stateFile.isOpen {
                 // This daemon's first file (the whole state): until it exists there is
                 // nothing to append to.

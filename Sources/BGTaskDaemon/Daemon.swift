@@ -65,6 +65,9 @@ public final class Daemon {
     var connections: [ConnectionID: Connection] = [:]
     /// Connections with output queued or events to update in this pass (`commit`).
     var touched: [Connection] = []
+    /// Where every connection's bytes are read into, then handed to its framer: one buffer
+    /// for the daemon's life, not an array per read.
+    let readBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: Connection.readSize, alignment: 16)
     /// The connections `commit` is writing out: `touched` as it began, swapped in.
     var committing: [Connection] = []
     var connectionsPerUID: [UInt32: Int] = [:]
@@ -102,6 +105,8 @@ public final class Daemon {
     let logDebug = Host.environment("SYSTEMD_LOG_LEVEL") == "debug"
 
     /// Sets up the loop on `listener` (bound or passed by systemd). Nothing runs until `run()`.
+    deinit { readBuffer.deallocate() }
+
     public init(options: DaemonOptions, configuration: Configuration, policies: PolicySet = PolicySet(),
                 listener: FileDescriptor, socketPath: String?, stateDirectory: StateDirectory) throws(Errno) {
         self.options = options

@@ -39,6 +39,18 @@ public final class FileDescriptor: @unchecked Sendable {
         }
     }
 
+    /// Reads into `buffer` from a non-blocking descriptor: how many bytes, `nil` when
+    /// nothing is waiting (`EAGAIN`), 0 at end of file. For a reader with a buffer of its own.
+    public func readAvailable(into buffer: UnsafeMutableRawBufferPointer) throws(Errno) -> Int? {
+        let fd = rawValue
+        do {
+            return try systemCall("read") { Glibc.read(fd, buffer.baseAddress, buffer.count) }
+        } catch {
+            if error.code == EAGAIN { return nil }
+            throw error
+        }
+    }
+
     /// Writes as much of `bytes` as the descriptor takes now; returns how much.
     public func write<Bytes: Collection<UInt8>>(_ bytes: Bytes) throws(Errno) -> Int {
         let fd = rawValue

@@ -67,28 +67,40 @@ public final class ByteBuffer {
         written += bytes.count
     }
 
-    /// Decimal digits, as `JSON.writeInteger` writes them.
+    /// Decimal digits, as `JSON.writeInteger` writes them: two at a time, from the end of
+    /// room for the longest, then moved to their place (nanosecond instants have 13–19).
     public func appendInteger(_ value: Int64) {
-        reserve(20)
+        reserve(41)  // the sign, and room for the digits written from the end
         if value < 0 {
             storage[written] = UInt8(ascii: "-")
             written += 1
         }
         var magnitude = value.magnitude
-        var digits = 1
-        var probe = magnitude
-        while probe >= 10 {
-            probe /= 10
-            digits += 1
+        let end = written + 40
+        var at = end
+        while magnitude >= 100 {
+            let pair = Int(magnitude % 100) &* 2
+            magnitude /= 100
+            at -= 2
+            storage[at] = Self.digitPairs[pair]
+            storage[at + 1] = Self.digitPairs[pair + 1]
         }
-        var at = written + digits
-        written = at
-        repeat {
+        if magnitude >= 10 {
+            let pair = Int(magnitude) &* 2
+            at -= 2
+            storage[at] = Self.digitPairs[pair]
+            storage[at + 1] = Self.digitPairs[pair + 1]
+        } else {
             at -= 1
-            storage[at] = UInt8(ascii: "0") + UInt8(magnitude % 10)
-            magnitude /= 10
-        } while magnitude > 0
+            storage[at] = UInt8(ascii: "0") &+ UInt8(magnitude)
+        }
+        let count = end - at
+        (storage + written).update(from: storage + at, count: count)
+        written += count
     }
+
+    /// "00" "01" … "99".
+    private static let digitPairs: [UInt8] = (0..<100).flatMap { [UInt8(ascii: "0") + UInt8($0 / 10), UInt8(ascii: "0") + UInt8($0 % 10)] }
 
     /// A JSON string, as `JSON.writeString` writes it.
     public func appendString(_ text: String) {
