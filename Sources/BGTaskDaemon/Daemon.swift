@@ -128,7 +128,7 @@ public final class Daemon {
             self.timerArmedAt = nil
             self.pass { _ in }
         }
-        enforcer = try Enforcer(loop: loop, root: { [unowned self] app in self.watches[app]?.pidfd },
+        enforcer = try Enforcer(group: clients, root: { [unowned self] app in self.watches[app]?.pidfd },
                                 tracked: { [unowned self] app, known in
                                     self.tracker.flatMap { $0.follows(app) ? $0.members(of: app, excluding: known) : nil } }) { priority, message in
             Journal.log(priority: priority.rawValue, message: message.cEscaped)

@@ -54,7 +54,11 @@ final class Enforcer {
     /// that has become shared is not.
     static let sharedCgroupRecheck: Int64 = 60_000_000_000
 
-    let loop: EventLoop
+    /// Where frozen apps' `cgroup.events` are watched: the daemon's group, handled a batch
+    /// per pass. Each its own sd-event source, 2,000 apps freezing at once were 2,000 loop
+    /// iterations, each re-polling every file still ready (kernfs poll was the burst's top
+    /// cost, perf).
+    let group: IOGroup
     let log: (LogEntry.Priority, String) -> Void
     /// Arms (an instant) or disarms (`nil`) one of the enforcement's waits: the model's timers.
     var schedule: (Wait, Int64?) -> Void = { _, _ in }
@@ -69,6 +73,7 @@ final class Enforcer {
     /// have forgotten the app by the time an action is carried out.
     private var units: [ProcessIdentity: Cgroup] = [:]
     let ownPID = Host.pid
+    private var knownDaemonCgroup: (cgroup: Cgroup?, until: Int64)?
     var suspended: [ProcessIdentity: (method: Method, command: String, uid: UInt32)] = [:]
     var pendingFreezes: [ProcessIdentity: PendingFreeze] = [:]
     var freezerWatches: [ProcessIdentity: FreezerWatch] = [:]
@@ -85,9 +90,9 @@ final class Enforcer {
     /// Signal-suspended apps still to be checked in this sweep.
     private var sweep: [ProcessIdentity] = []
 
-    init(loop: EventLoop, root: @escaping (ProcessIdentity) -> Pidfd?, tracked: @escaping (ProcessIdentity, Set<Int32>) -> [Pidfd]?,
+    init(group: IOGroup, root: @escaping (ProcessIdentity) -> Pidfd?, tracked: @escaping (ProcessIdentity, Set<Int32>) -> [Pidfd]?,
          log: @escaping (LogEntry.Priority, String) -> Void) throws(Errno) {
-        self.loop = loop
+        self.group = group
         self.root = root
         self.tracked = tracked
         self.log = log
@@ -109,13 +114,13 @@ final class Enforcer {
         // A unit app that may be frozen is frozen whole: no walk of its processes, however
         // many (a user's 5,000-process unit cost 1.1 s of loop time per suspension).
         if mode != .signal, unit(app) != nil, root(app)?.hasExited == false,
-           case let .success(cgroup) = ownCgroup(of: app, uid: uid, tree: []) {
+           case let .success(cgroup) = ownCgroup(of: app, uid: uid, tree: [], at: now) {
             return freeze(app, uid: uid, command: command, cgroup: cgroup, at: now)
         }
         if mode == .freezer || (mode == .auto && (sharedCgroupUntil[app] ?? .min) <= now) {
             let tree = members(of: app, uid: uid)
             guard !tree.isEmpty else { return }  // gone: its pidfd reports the exit
-            switch ownCgroup(of: app, uid: uid, tree: tree) {
+            switch ownCgroup(of: app, uid: uid, tree: tree, at: now) {
             case let .success(cgroup):
                 sharedCgroupUntil[app] = nil
                 return freeze(app, uid: uid, command: command, cgroup: cgroup, at: now)
@@ -136,11 +141,19 @@ final class Enforcer {
         if let pending = takePendingFreeze(of: app) {
             try? pending.cgroup.setFrozen(false)
         }
+        var thawed = false
         if case let .freezer(cgroup)? = record?.method {
-            do { try cgroup.setFrozen(false) } catch { log(.warning, "App \(app): cannot thaw \(cgroup.directory): \(error)") }
+            do {
+                try cgroup.setFrozen(false)
+                thawed = true
+            } catch {
+                log(.warning, "App \(app): cannot thaw \(cgroup.directory): \(error)")
+            }
         }
-        // Always continue the tree too: harmless if frozen, needed after a signal fallback.
-        signalTree(app, uid: uid, Signal.continue)
+        // Stopped with signals (a freeze that fell back to them is `.signals`), or not by this
+        // daemon, or its cgroup would not thaw: the tree is continued. A thawed app was frozen,
+        // not stopped: a walk would find nothing to do (it was most of a thaw's time).
+        if !thawed { signalTree(app, uid: uid, Signal.continue) }
         excluded = []
     }
 
@@ -149,7 +162,7 @@ final class Enforcer {
     func terminate(_ app: ProcessIdentity, uid: UInt32, command: String, signal: Int32, at now: Int64) {
         defer { reportExcluded(app, command: command, action: "terminated") }
         let cgroup = suspended[app].flatMap { if case let .freezer(c) = $0.method { c } else { nil } }
-            ?? (try? ownCgroup(of: app, uid: uid, tree: members(of: app, uid: uid)).get())
+            ?? (try? ownCgroup(of: app, uid: uid, tree: members(of: app, uid: uid), at: now).get())
         note(app, nil, at: now)
         _ = takePendingFreeze(of: app)
         if let cgroup {
@@ -196,7 +209,7 @@ final class Enforcer {
             return false
         }
         if stat.state == "T" { return true }
-        guard let cgroup = try? ownCgroup(of: app, uid: uid, tree: members(of: app, uid: uid)).get() else { return false }
+        guard let cgroup = try? ownCgroup(of: app, uid: uid, tree: members(of: app, uid: uid), at: nil).get() else { return false }
         return (try? cgroup.isFrozen()) == true
     }
 
@@ -217,7 +230,7 @@ final class Enforcer {
     /// The app's cgroup — a unit app's unit; a process app's cgroup if every process in it
     /// (and below it) belongs to the app and every process of the app is in it — if (for an
     /// unprivileged owner) it is delegated to the owner: what the owner could freeze itself.
-    func ownCgroup(of app: ProcessIdentity, uid: UInt32, tree: [Pidfd]) -> Result<Cgroup, NotOwn> {
+    func ownCgroup(of app: ProcessIdentity, uid: UInt32, tree: [Pidfd], at now: Int64?) -> Result<Cgroup, NotOwn> {
         guard Cgroup.mountPoint != nil, let cgroup = unit(app) ?? Cgroup.of(pid: app.pid) else {
             return .failure(.reason("no cgroup v2 hierarchy"))
         }
@@ -227,7 +240,7 @@ final class Enforcer {
                 return .failure(.reason("\(cgroup.directory) is not delegated to uid \(uid)"))
             }
         }
-        if Cgroup.of(pid: ownPID)?.isWithin(cgroup) == true {
+        if daemonCgroup(at: now)?.isWithin(cgroup) == true {
             return .failure(.reason("it shares \(cgroup.directory) with bgtaskd"))
         }
         if unit(app) != nil { return .success(cgroup) }  // the unit is the app, whatever is in it
@@ -244,16 +257,26 @@ final class Enforcer {
         return .success(cgroup)
     }
 
+    /// The daemon's own cgroup, read again once a second (at `nil`: now): a burst of
+    /// suspensions asked /proc/self/cgroup once per app.
+    func daemonCgroup(at now: Int64?) -> Cgroup? {
+        if let now, let known = knownDaemonCgroup, now < known.until { return known.cgroup }
+        let cgroup = Cgroup.of(pid: ownPID)
+        if let now { knownDaemonCgroup = (cgroup, now + 1_000_000_000) }
+        return cgroup
+    }
+
     func freeze(_ app: ProcessIdentity, uid: UInt32, command: String, cgroup: Cgroup, at now: Int64) {
         do {
             try cgroup.setFrozen(true)
             note(app, (.freezer(cgroup), command, uid), at: now)
             let events = try cgroup.openEvents()
-            let source = try loop.addIO(events.rawValue, events: IOEvents.priority) { [unowned self] _ in
+            let source = try group.add(events.rawValue, events: IOEvents.priority) { [unowned self] _ in
                 self.freezerChanged(app)
             }
             freezerWatches[app] = FreezerWatch(events: events, source: source)
-            if try cgroup.isFrozen() { return }
+            // Read on the descriptor just opened: one system call, not an open, read and close.
+            if Cgroup.isFrozen(events: try events.readFromStart(upTo: 4096)) { return }
             // The kernel freezes asynchronously: confirmed by cgroup.events, or the bound passes.
             pendingFreezes[app] = PendingFreeze(cgroup: cgroup, command: command, uid: uid)
             schedule(.freeze(app), now + Self.freezeBound)
@@ -286,8 +309,7 @@ final class Enforcer {
     func freezerChanged(_ app: ProcessIdentity) {
         guard let watch = freezerWatches[app], case let .freezer(cgroup)? = suspended[app]?.method else { return }
         // Reading the watched descriptor acknowledges the change, or kernfs keeps polling ready.
-        _ = try? watch.events.readFromStart(upTo: 4096)
-        let frozen = (try? cgroup.isFrozen()) == true
+        let frozen = (try? watch.events.readFromStart(upTo: 4096)).map(Cgroup.isFrozen(events:)) == true
         if pendingFreezes[app] != nil {
             if frozen { _ = takePendingFreeze(of: app) }
             return

@@ -160,8 +160,13 @@ public struct Cgroup: Equatable, Sendable {
 
     /// `frozen 1` in `cgroup.events`.
     public func isFrozen() throws(Errno) -> Bool {
-        let text = String(decoding: try readFile(directory + "/cgroup.events"), as: UTF8.self)
-        return text.split(separator: "\n").contains("frozen 1")
+        Self.isFrozen(events: try readFile(directory + "/cgroup.events"))
+    }
+
+    /// Whether `cgroup.events` text (read from a descriptor kept open: `openEvents`) says
+    /// `frozen 1`.
+    public static func isFrozen(events: [UInt8]) -> Bool {
+        String(decoding: events, as: UTF8.self).split(separator: "\n").contains("frozen 1")
     }
 
     /// The uid that owns `cgroup.freeze`: the user this cgroup is delegated to (root for

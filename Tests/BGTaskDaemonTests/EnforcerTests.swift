@@ -23,7 +23,9 @@ import TestSupport
             loop = try EventLoop()
             var roots: () -> [ProcessIdentity: Pidfd] = { [:] }
             var logged: (String) -> Void = { _ in }
-            enforcer = try Enforcer(loop: loop, root: { roots()[$0] }, tracked: { _, _ in nil }) { _, message in logged(message) }
+            var group: IOGroup?
+            group = try IOGroup(loop: loop) { group?.dispatchReady() }
+            enforcer = try Enforcer(group: group!, root: { roots()[$0] }, tracked: { _, _ in nil }) { _, message in logged(message) }
             roots = { [unowned self] in self.roots }
             logged = { [unowned self] in self.logged.append($0) }
             enforcer.schedule = { [unowned self] wait, instant in self.scheduled.append((wait, instant)) }

@@ -242,8 +242,10 @@ final class BenchApps {
 
     /// Spawns `count` apps, each beginning `tasks` tasks (and `mode`: subscribe or hold), and
     /// waits until each reported in; returns their pids.
-    /// `executables`: the binary of each (hard links of the app: apps of their own, by key).
-    func spawn(_ count: Int, tasks: Int, mode: String? = nil, executables: [String]? = nil) throws -> [Int32] {
+    /// `executables`: the binary of each (hard links of the app: apps of their own, by key);
+    /// `cgroups`: the cgroup directory each moves itself into first (unit apps).
+    func spawn(_ count: Int, tasks: Int, mode: String? = nil, executables: [String]? = nil,
+               cgroups: [String]? = nil) throws -> [Int32] {
         var spawned: [Int32] = []
         var ready = 0
         func drain() throws {
@@ -257,7 +259,8 @@ final class BenchApps {
         }
         for index in 0..<count {
             let binary = executables.map { $0[index % $0.count] } ?? binaryDirectory + "/bgtask-bench-app"
-            let arguments = [binary, socket, String(tasks)] + (mode.map { [$0] } ?? [])
+            let arguments = [binary] + (cgroups.map { ["--cgroup", $0[index]] } ?? []) + [socket, String(tasks)]
+                + (mode.map { [$0] } ?? [])
             spawned.append(try Subprocess.spawn(arguments, stdin: .descriptor(stdinRead.rawValue),
                                                 stdout: .descriptor(stdoutWrite.rawValue), stderr: .file("/dev/null")).pid)
             if spawned.count % 200 == 0 { try drain() }
