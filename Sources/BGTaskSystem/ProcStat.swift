@@ -95,8 +95,7 @@ public enum ProcStatus {
 
     /// The `Uid:` line of a status text (real, effective, saved, filesystem).
     static func parseUIDs(_ bytes: [UInt8]) -> ProcessUIDs? {
-        let key = Array("\nUid:".utf8)
-        guard var index = bytes.firstRange(of: key)?.upperBound else { return nil }
+        guard var index = uidLine(in: bytes) else { return nil }
         var ids: [UInt32] = []
         while ids.count < 3, index < bytes.count, bytes[index] != UInt8(ascii: "\n") {
             while index < bytes.count, bytes[index] == UInt8(ascii: "\t") || bytes[index] == UInt8(ascii: " ") { index += 1 }
@@ -106,6 +105,20 @@ public enum ProcStatus {
             ids.append(UInt32(id))
         }
         return ids.count == 3 ? ProcessUIDs(real: ids[0], effective: ids[1], saved: ids[2]) : nil
+    }
+
+    /// Where the `Uid:` line's numbers start: a byte walk (`firstRange(of:)`, generic,
+    /// cost more than reading the file: perf, a burst of 4,000 apps registering).
+    static func uidLine(in bytes: [UInt8]) -> Int? {
+        var index = 0
+        while index + 5 <= bytes.count {
+            if bytes[index] == 0x0A, bytes[index + 1] == UInt8(ascii: "U"), bytes[index + 2] == UInt8(ascii: "i"),
+               bytes[index + 3] == UInt8(ascii: "d"), bytes[index + 4] == UInt8(ascii: ":") {
+                return index + 5
+            }
+            index += 1
+        }
+        return nil
     }
 
     /// The effective uid of `pid`.

@@ -10,7 +10,8 @@
 // 1/16/64/256 clients); idle CPU; scale (memory per task, ListTasks against echoing the
 // same bytes, `bgtaskctl tasks`, with 10,000 apps holding 100,000 tasks; deadline lateness
 // and enforcement latency with those 100,000 deadlines pending); bursts (Bursts.swift);
-// freezer (unit apps frozen in a burst, FreezerBursts.swift); logind (Logind.swift); instructions (callgrind, Instructions.swift). Every figure with a
+// freezer (unit apps frozen in a burst, FreezerBursts.swift); fairness (warnings' lateness
+// under a flood of calls, Fairness.swift); logind (Logind.swift); instructions (callgrind, Instructions.swift). Every figure with a
 // target says PASS or MISS.
 import BGTaskClient
 import BGTaskSystem
@@ -43,7 +44,7 @@ if arguments.first == "--soak" {
     try Soak.run(seconds: Double(arguments.count > 1 ? arguments[1] : "600") ?? 600, apps: apps)
 }
 var quick = false, apps = 10_000, tasksPerApp = 10, jsonPath: String? = nil
-let allSections = ["startup", "roundtrip", "idle", "requests", "scale", "bursts", "freezer", "logind", "instructions"]
+let allSections = ["startup", "roundtrip", "idle", "requests", "scale", "bursts", "freezer", "fairness", "logind", "instructions"]
 var sections = Set(allSections)
 while let argument = arguments.first {
     arguments.removeFirst()
@@ -216,6 +217,7 @@ if sections.contains("scale") { try scaleSection(apps: apps, tasksPerApp: tasksP
 echo.stop()
 if sections.contains("bursts") { try bursts(count: apps) }
 if sections.contains("freezer") { try freezerBursts(count: apps) }
+if sections.contains("fairness") { try fairness() }
 if sections.contains("logind") { try logindComparison(pairs: pairs) }
 if sections.contains("instructions") { try instructionCounts() }
 
