@@ -90,25 +90,30 @@ struct Pipeline {
     }
 }
 
-/// The baseline: `bgtask-bench-app --signal` opens a pidfd per pid, then (timed from the
-/// go byte) sends `signal` through each in a plain C loop.
-@MainActor func signalLoop(_ pids: [Int32], signal: Int32) throws -> (start: Int64, process: Child) {
-    let directory = try makeTemporaryDirectory(NSTemporaryDirectory() + "bgtaskd-bench-pids")
-    let file = directory + "/pids"
-    try pids.map(String.init).joined(separator: "\n").write(toFile: file, atomically: true, encoding: .utf8)
+/// A baseline: `bgtask-bench-app MODE… FILE` opens what each line of FILE names
+/// beforehand, says it is ready, then (timed from the go byte) acts on each in a plain C loop.
+@MainActor func baselineLoop(_ mode: [String], _ lines: [String]) throws -> (start: Int64, process: Child) {
+    let directory = try makeTemporaryDirectory(NSTemporaryDirectory() + "bgtaskd-bench-baseline")
+    let file = directory + "/targets"
+    try lines.joined(separator: "\n").write(toFile: file, atomically: true, encoding: .utf8)
     defer { try? FileManager.default.removeItem(atPath: directory) }
     let (goRead, goWrite) = try Subprocess.pipe()
     let (readyRead, readyWrite) = try Subprocess.pipe()
-    let child = try Child([binaryDirectory + "/bgtask-bench-app", "--signal", String(signal), file],
+    let child = try Child([binaryDirectory + "/bgtask-bench-app"] + mode + [file],
                           stdin: .descriptor(goRead.rawValue), stdout: .descriptor(readyWrite.rawValue))
     goRead.close()
     readyWrite.close()
     guard try readyRead.waitReadable(timeoutMilliseconds: 30_000), !(try readyRead.read(upTo: 16)).isEmpty else {
-        throw ClientError(.timedOut, "the signal loop did not open its pidfds")
+        throw ClientError(.timedOut, "the baseline loop (\(mode.joined(separator: " "))) did not get ready")
     }
     let start = now()
     try goWrite.writeAll([1])
     return (start, child)
+}
+
+/// The signal baseline: a pidfd per pid, `signal` sent through each.
+@MainActor func signalLoop(_ pids: [Int32], signal: Int32) throws -> (start: Int64, process: Child) {
+    try baselineLoop(["--signal", String(signal)], pids.map(String.init))
 }
 
 func frames(_ method: String, _ pids: [Int32], _ parameters: [String: JSON]) -> [[UInt8]] {
@@ -215,5 +220,5 @@ func frames(_ method: String, _ pids: [Int32], _ parameters: [String: JSON]) -> 
         "C SIGSTOP loop \(format(baselineStop, 1))", check(deadlineMs / baselineStop, "≤", 3, key: "burstDeadlines")
             + " (due over \(format(spreadMs, 1)) ms)")
     row("burst: lateness of the first 100 warnings, from the send (ms)", "\(firstLateness)", "n=\(firstLateness.count)",
-        check(firstLateness.p99, "<", 1, key: "burstWarningLateness", ratio: false))
+        check(firstLateness.p99, "<", 2, key: "burstWarningLateness", ratio: false))
 }

@@ -48,25 +48,9 @@ struct FreezerEvents {
     }
 }
 
-/// The baseline: `bgtask-bench-app --freeze` opens every `cgroup.freeze` beforehand, then
-/// (timed from the go byte) writes each in a plain C loop.
+/// The freezer baseline: every `cgroup.freeze` opened, then written `1` (or `0`).
 @MainActor func freezeLoop(_ directories: [String], frozen: Bool) throws -> (start: Int64, process: Child) {
-    let directory = try makeTemporaryDirectory(NSTemporaryDirectory() + "bgtaskd-bench-cgroups")
-    let file = directory + "/cgroups"
-    try directories.joined(separator: "\n").write(toFile: file, atomically: true, encoding: .utf8)
-    defer { try? FileManager.default.removeItem(atPath: directory) }
-    let (goRead, goWrite) = try Subprocess.pipe()
-    let (readyRead, readyWrite) = try Subprocess.pipe()
-    let child = try Child([binaryDirectory + "/bgtask-bench-app", "--freeze", frozen ? "1" : "0", file],
-                          stdin: .descriptor(goRead.rawValue), stdout: .descriptor(readyWrite.rawValue))
-    goRead.close()
-    readyWrite.close()
-    guard try readyRead.waitReadable(timeoutMilliseconds: 30_000), !(try readyRead.read(upTo: 16)).isEmpty else {
-        throw ClientError(.timedOut, "the freeze loop did not open its files")
-    }
-    let start = now()
-    try goWrite.writeAll([1])
-    return (start, child)
+    try baselineLoop(["--freeze", frozen ? "1" : "0"], directories)
 }
 
 @MainActor func freezerBursts(count requested: Int) throws {
