@@ -161,8 +161,10 @@ extension BackgroundModel {
     /// Rule 6: the warning timer fired.
     mutating func warn(_ app: ProcessIdentity, at now: Instant, effects: inout [Effect]) {
         guard let record = apps[app], record.state == .background, let deadline = record.deadline else { return }
-        apps[app]?.warned = true
-        if record.phase == .running { apps[app]?.phase = .expiring }
+        apps.update(app) { record in
+            record.warned = true
+            if record.phase == .running { record.phase = .expiring }
+        }
         let left = max(.zero, deadline - now)
         var expiring: [TaskID] = []
         for id in record.taskIDs {
@@ -212,9 +214,11 @@ extension BackgroundModel {
             }
         }
         count(from: record.state, to: .suspended)
-        apps[app]?.state = .suspended
-        apps[app]?.phase = nil
-        apps[app]?.transitionDeadline = nil
+        apps.update(app) { record in
+            record.state = .suspended
+            record.phase = nil
+            record.transitionDeadline = nil
+        }
         effects.append(.act(AppActionRecord(app: app, uid: record.uid, command: record.command, unit: record.unit,
                                             action: .suspended, reason: reason, taskNames: []), signal: nil))
         effects.append(.log(.app(.appSuspended, .notice, app, uid: record.uid, command: record.command, "suspended: \(reason.rawValue)",

@@ -28,7 +28,7 @@ extension BackgroundModel {
         let watched = needsWatch(owner)
         tasks[id] = task
         tasksPerUID[record.uid, default: 0] += 1
-        apps[unsaved: app]?.taskIDs.append(id)
+        apps.update(app, saved: false) { $0.taskIDs.append(id) }
         tasksByOwner[owner, default: []].insert(id)
         if let connection { tasksByConnection[connection, default: []].insert(id) }
         settleWatch(owner, before: watched, effects: &effects)
@@ -123,7 +123,7 @@ extension BackgroundModel {
         }
         tasksPerUID[task.uid, default: 1] -= 1
         if tasksPerUID[task.uid] == 0 { tasksPerUID[task.uid] = nil }
-        apps[unsaved: task.app]?.taskIDs.removeAll { $0 == task.id }
+        apps.update(task.app, saved: false) { $0.taskIDs.removeAll { $0 == task.id } }
         tasksByOwner[task.owner]?.remove(task.id)
         if tasksByOwner[task.owner]?.isEmpty == true { tasksByOwner[task.owner] = nil }
         if let connection = task.connection {

@@ -23,13 +23,20 @@ struct ChangeTracked<Key: Hashable, Value> {
         _modify { yield &dictionary[key] }
     }
 
+    /// Changes `key`'s value where it lies (noted as changed unless `saved` is false); `nil`
+    /// without a value. `subscript`'s `_modify` moves an `Optional` of the whole value out
+    /// and back in (~700 instructions for an app's record: callgrind), once per field set.
+    @discardableResult
+    mutating func update<T>(_ key: Key, saved: Bool = true, _ change: (inout Value) -> T) -> T? {
+        guard let index = dictionary.index(forKey: key) else { return nil }
+        if saved { changed.insert(key) }
+        return change(&dictionary.values[index])
+    }
+
     /// Reads `key`'s value where it lies, for a caller that needs a field or two: the getter
     /// hands out a copy, every string and array in it retained then released (~400
     /// instructions for an app's record, several per call: callgrind). `read` must not write.
-    mutating func peek<T>(_ key: Key, _ read: (inout Value) -> T) -> T? {
-        guard let index = dictionary.index(forKey: key) else { return nil }
-        return read(&dictionary.values[index])
-    }
+    mutating func peek<T>(_ key: Key, _ read: (inout Value) -> T) -> T? { update(key, saved: false, read) }
 
     var count: Int { dictionary.count }
     var keys: Dictionary<Key, Value>.Keys { dictionary.keys }

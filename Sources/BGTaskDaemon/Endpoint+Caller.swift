@@ -7,9 +7,13 @@ import BGTaskSystem
 extension Daemon {
     /// The caller's process; its pidfd is offered to `watch`.
     func caller(of connection: Connection) throws(BGTaskError) -> ProcessDescription {
-        if let known = connection.caller, let pidfd = connection.peerPidfd ?? watches[known.identity]?.pidfd {
-            callPidfds[known.identity] = pidfd
-            return known
+        if let known = connection.caller {
+            // Watched already: a watch is all the call's pidfd would be for (`watch`).
+            if watches[known.identity] != nil { return known }
+            if let pidfd = connection.peerPidfd {
+                callPidfds[known.identity] = pidfd
+                return known
+            }
         }
         let resolved = try resolver.resolvePeer(of: connection)
         connection.caller = resolved.description

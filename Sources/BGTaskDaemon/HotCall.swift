@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 import BGTaskCore
 import BGTaskProtocol
+import Glibc
 import Varlink
 
 /// The methods clients call all the time: an app's task calls, and the manager's state
@@ -63,7 +64,11 @@ struct HotCall {
     /// and unit both) is `nil`, for the general path to answer.
     init?(flat call: FlatCall, in bytes: UnsafeBufferPointer<UInt8>) {
         let qualified = UnsafeBufferPointer(rebasing: bytes[call.method])
-        guard let method = HotMethod.names.first(where: { $0.bytes.elementsEqual(qualified) })?.method else { return nil }
+        // Lengths first: every name begins "io.bgtaskd.", a byte-by-byte look went that far.
+        guard let method = HotMethod.names.first(where: { entry in
+            entry.bytes.count == qualified.count
+                && entry.bytes.withUnsafeBufferPointer { memcmp($0.baseAddress!, qualified.baseAddress!, qualified.count) == 0 }
+        })?.method else { return nil }
         func text(_ range: Range<Int>) -> String { String(decoding: UnsafeBufferPointer(rebasing: bytes[range]), as: UTF8.self) }
         func named(_ key: UnsafeBufferPointer<UInt8>, _ name: StaticString) -> Bool {
             key.count == name.utf8CodeUnitCount && key.elementsEqual(UnsafeBufferPointer(start: name.utf8Start, count: key.count))

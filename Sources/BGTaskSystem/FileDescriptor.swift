@@ -70,6 +70,24 @@ public final class FileDescriptor: @unchecked Sendable {
     }
 
     /// Writes what a non-blocking descriptor takes now: `nil` when it takes nothing (`EAGAIN`).
+    public func writeAvailable(_ bytes: ArraySlice<UInt8>) throws(Errno) -> Int? {
+        // Concrete, for the daemon's replies: the generic one, unspecialized across modules,
+        // reached the bytes through a protocol witness on every write (perf).
+        let fd = rawValue
+        let result = bytes.withUnsafeBufferPointer { buffer -> (Int, Int32) in
+            while true {
+                let n = Glibc.send(fd, buffer.baseAddress, buffer.count, Int32(MSG_NOSIGNAL))
+                if n < 0, errno == EINTR { continue }
+                if n < 0, errno == ENOTSOCK { return (Glibc.write(fd, buffer.baseAddress, buffer.count), errno) }
+                return (n, errno)
+            }
+        }
+        if result.0 >= 0 { return result.0 }
+        if result.1 == EAGAIN { return nil }
+        throw Errno(result.1, "write")
+    }
+
+    /// Writes what a non-blocking descriptor takes now: `nil` when it takes nothing (`EAGAIN`).
     public func writeAvailable<Bytes: Collection<UInt8>>(_ bytes: Bytes) throws(Errno) -> Int? {
         do {
             return try write(bytes)

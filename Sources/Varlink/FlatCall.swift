@@ -38,10 +38,12 @@ public struct FlatCall: Sendable {
             if !first { guard scanner.take(UInt8(ascii: ",")) else { return nil } }
             first = false
             guard let key = scanner.string(), scanner.take(UInt8(ascii: ":")) else { return nil }
-            if scanner.equals(key, "method") {
+            // By length first: one comparison per member, not one per name it is not.
+            let count = key.count
+            if count == 6, scanner.equals(key, "method") {
                 guard method == nil, case let .string(name)? = scanner.value(), !name.isEmpty else { return nil }
                 method = name
-            } else if scanner.equals(key, "parameters") {
+            } else if count == 10, scanner.equals(key, "parameters") {
                 guard parameters == nil else { return nil }
                 if scanner.take(literal: "null") {
                     parameters = 0..<0
@@ -49,10 +51,10 @@ public struct FlatCall: Sendable {
                     guard let members = scanner.flatObject() else { return nil }
                     parameters = members
                 }
-            } else if scanner.equals(key, "more") {
+            } else if count == 4, scanner.equals(key, "more") {
                 guard more == nil, let flag = scanner.flag() else { return nil }
                 more = flag
-            } else if scanner.equals(key, "oneway") {
+            } else if count == 6, scanner.equals(key, "oneway") {
                 guard oneway == nil, let flag = scanner.flag() else { return nil }
                 oneway = flag
             } else {
