@@ -190,8 +190,12 @@ extension Daemon {
         if connection.send(reply), withinUserBound(connection) { touch(connection) } else { drop(connection) }
     }
 
+    /// A hot reply is written through a pointer (`ByteBuffer`), then copied to the output once.
     func send(_ reply: HotReply, to connection: Connection) {
-        if connection.send { reply.write(to: &$0) }, withinUserBound(connection) { touch(connection) } else { drop(connection) }
+        replyBuffer.removeAll()
+        reply.write(to: replyBuffer)
+        let sent = connection.send { output in replyBuffer.withBytes { output.append(contentsOf: $0) } }
+        if sent, withinUserBound(connection) { touch(connection) } else { drop(connection) }
     }
 
     /// Queues an event encoded once for many connections.

@@ -80,19 +80,17 @@ enum HotReply {
     }
 
     /// Appends the reply's text (no NUL), keys in the order `JSON.writeObject` sorts them.
-    func write(to out: inout [UInt8]) {
+    func write(to out: ByteBuffer) {
         let start = out.count
-        func raw(_ text: StaticString) {
-            out.append(contentsOf: UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
-        }
-        func string(_ text: String) { JSON.writeString(text, to: &out) }
-        func value(_ json: JSON) { json.write(to: &out) }
+        func raw(_ text: StaticString) { out.append(text) }
+        func string(_ text: String) { out.appendString(text) }
+        func value(_ json: JSON) { out.appendJSON(json) }
         switch self {
         case let .task(task, continues):
             raw(continues ? "{\"continues\":true,\"parameters\":{" : "{\"parameters\":{")
             if let reason = task.reason { raw("\"reason\":"); string(reason.rawValue); raw(",") }
             raw("\"state\":"); string(task.state.rawValue)
-            raw(",\"taskId\":"); JSON.writeInteger(Int64(task.id), to: &out)
+            raw(",\"taskId\":"); out.appendInteger(Int64(task.id))
             raw("}}")
         case .empty:
             raw("{\"parameters\":{}}")
@@ -109,15 +107,15 @@ enum HotReply {
             raw(",\"exempt\":"); raw(app.exempt ? "true" : "false")
             raw(",\"manager\":"); if let manager = app.manager { string(manager) } else { raw("null") }
             raw(",\"phase\":"); if let phase = app.phase { string(phase.rawValue) } else { raw("null") }
-            raw(",\"pid\":"); JSON.writeInteger(Int64(app.identity.pid), to: &out)
+            raw(",\"pid\":"); out.appendInteger(Int64(app.identity.pid))
             raw(",\"policy\":"); if let policy = app.policy { string(policy) } else { raw("null") }
             raw(",\"state\":"); string(app.state.rawValue)
             raw(",\"subscribed\":"); raw(app.subscribed ? "true" : "false")
-            raw(",\"tasks\":"); JSON.writeInteger(Int64(app.taskCount), to: &out)
-            raw(",\"uid\":"); JSON.writeInteger(Int64(app.uid), to: &out)
+            raw(",\"tasks\":"); out.appendInteger(Int64(app.taskCount))
+            raw(",\"uid\":"); out.appendInteger(Int64(app.uid))
             raw(",\"unit\":"); if let unit = app.unit { string(AppUnit.name(ofPath: unit)) } else { raw("null") }
             raw("}}}")
         }
-        assert(Array(out[start...]) == general.frame.dropLast(), "HotReply.write differs from the general reply")
+        assert(out.bytes(from: start) == Array(general.frame.dropLast()), "HotReply.write differs from the general reply")
     }
 }

@@ -119,6 +119,28 @@ public final class ByteBuffer {
         }
     }
 
+    /// A JSON value, as `JSON.write` writes it; numbers, strings, booleans and null without
+    /// an array in between.
+    public func appendJSON(_ value: JSON) {
+        switch value {
+        case .null: append("null")
+        case let .bool(flag): flag ? append("true") : append("false")
+        case let .int(number): appendInteger(number)
+        case let .double(number) where !number.isFinite: append("null")
+        case let .double(number) where number.rounded(.towardZero) == number && abs(number) < 1e15:
+            appendInteger(Int64(number))
+            append(".0")
+        case let .double(number):
+            var text = String(number)  // shortest round-trip digits; short enough to live inline
+            text.withUTF8 { append(UnsafeRawBufferPointer($0)) }
+        case let .string(text): appendString(text)
+        case .array, .object:
+            var text: [UInt8] = []
+            value.write(to: &text)
+            text.withUnsafeBytes { append($0) }
+        }
+    }
+
     /// A copy of what was written from `start` on.
     public func bytes(from start: Int) -> [UInt8] { Array(UnsafeBufferPointer(start: storage + start, count: written - start)) }
 

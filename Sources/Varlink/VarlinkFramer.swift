@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+import Glibc  // memchr only: the library is Linux's, like the rest of bgtaskd
 /// Splits a byte stream into Varlink messages: each message is one JSON text followed by a
 /// NUL byte. Bytes may arrive split anywhere.
 public struct VarlinkFramer: Sendable {
@@ -52,7 +53,13 @@ public struct VarlinkFramer: Sendable {
 
     /// The next complete message (without its NUL), or `nil` if none is complete yet.
     public mutating func next() throws(MessageTooLarge) -> ArraySlice<UInt8>? {
-        if let nul = buffer[scanned...].firstIndex(of: 0) {
+        // memchr, not `firstIndex(of:)`: a byte at a time was ~5 instructions per byte.
+        let found = buffer.withUnsafeBytes { bytes -> Int? in
+            guard scanned < bytes.count, let base = bytes.baseAddress,
+                  let hit = memchr(base + scanned, 0, bytes.count - scanned) else { return nil }
+            return base.distance(to: UnsafeRawPointer(hit))
+        }
+        if let nul = found {
             let message = buffer[start..<nul]
             guard message.count <= maximumMessageBytes else { throw MessageTooLarge(limit: maximumMessageBytes) }
             start = nul + 1

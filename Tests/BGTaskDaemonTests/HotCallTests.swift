@@ -79,9 +79,9 @@ import Varlink
                                 uid: 1000, name: "n", state: .denied, reason: .noBackgroundTime, age: .zero,
                                 expirationHandler: false)
         for reply in [HotReply.task(task, continues: true), .task(task, continues: false), .empty] {
-            var bytes: [UInt8] = []
-            reply.write(to: &bytes)
-            #expect(bytes + [0] == reply.general.frame)
+            let bytes = ByteBuffer()
+            reply.write(to: bytes)
+            #expect(bytes.bytes(from: 0) + [0] == reply.general.frame)
         }
     }
 }

@@ -60,6 +60,13 @@ import Varlink
             buffer.appendString(text)
             JSON.writeString(text, to: &expected)
         }
+        let values: [JSON] = [.null, .bool(true), .bool(false), .int(-3), .double(0.000001), .double(12.5), .double(30),
+                              .double(-0.0), .double(1e15), .double(.infinity), .double(123456.789012), .string("x\n"),
+                              .array([.int(1)]), .object(["a": .null])]
+        for value in values {
+            buffer.appendJSON(value)
+            value.write(to: &expected)
+        }
         #expect(buffer.bytes(from: 0) == expected)
         #expect(buffer.count == expected.count)
         buffer.removeAll()
