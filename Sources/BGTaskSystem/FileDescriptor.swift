@@ -53,38 +53,34 @@ public final class FileDescriptor: @unchecked Sendable {
 
     /// Writes as much of `bytes` as the descriptor takes now; returns how much.
     public func write<Bytes: Collection<UInt8>>(_ bytes: Bytes) throws(Errno) -> Int {
-        let fd = rawValue
-        let written: Int? = bytes.withContiguousStorageIfAvailable { buffer in
-            while true {
-                let n = Glibc.send(fd, buffer.baseAddress, buffer.count, Int32(MSG_NOSIGNAL))
-                if n < 0, errno == EINTR { continue }
-                if n < 0, errno == ENOTSOCK { return Glibc.write(fd, buffer.baseAddress, buffer.count) }
-                return n
-            }
-        }
-        if let written {
-            if written < 0 { throw Errno.current("write") }
-            return written
-        }
-        return try write(Array(bytes))
+        let written: (count: Int, errno: Int32)? = bytes.withContiguousStorageIfAvailable { send($0) }
+        guard let written else { return try write(Array(bytes)) }
+        if written.count < 0 { throw Errno(written.errno, "write") }
+        return written.count
     }
 
     /// Writes what a non-blocking descriptor takes now: `nil` when it takes nothing (`EAGAIN`).
     public func writeAvailable(_ bytes: ArraySlice<UInt8>) throws(Errno) -> Int? {
         // Concrete, for the daemon's replies: the generic one, unspecialized across modules,
         // reached the bytes through a protocol witness on every write (perf).
-        let fd = rawValue
-        let result = bytes.withUnsafeBufferPointer { buffer -> (Int, Int32) in
-            while true {
-                let n = Glibc.send(fd, buffer.baseAddress, buffer.count, Int32(MSG_NOSIGNAL))
-                if n < 0, errno == EINTR { continue }
-                if n < 0, errno == ENOTSOCK { return (Glibc.write(fd, buffer.baseAddress, buffer.count), errno) }
-                return (n, errno)
+        let written = bytes.withUnsafeBufferPointer { send($0) }
+        if written.count >= 0 { return written.count }
+        if written.errno == EAGAIN { return nil }
+        throw Errno(written.errno, "write")
+    }
+
+    /// `send(2)` without `SIGPIPE`, retried on `EINTR`; `write(2)` on what is not a socket.
+    /// A negative count comes with its errno.
+    private func send(_ buffer: UnsafeBufferPointer<UInt8>) -> (count: Int, errno: Int32) {
+        while true {
+            let n = Glibc.send(rawValue, buffer.baseAddress, buffer.count, Int32(MSG_NOSIGNAL))
+            if n < 0, errno == EINTR { continue }
+            if n < 0, errno == ENOTSOCK {
+                let written = Glibc.write(rawValue, buffer.baseAddress, buffer.count)
+                return (written, errno)
             }
+            return (n, errno)
         }
-        if result.0 >= 0 { return result.0 }
-        if result.1 == EAGAIN { return nil }
-        throw Errno(result.1, "write")
     }
 
     /// Writes what a non-blocking descriptor takes now: `nil` when it takes nothing (`EAGAIN`).
