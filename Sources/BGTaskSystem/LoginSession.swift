@@ -7,6 +7,7 @@ import Glibc
 /// `LockedHint` and `Active` read again. `org.freedesktop.login1(5)`
 public final class LoginSession {
     private let bus: OpaquePointer
+    private let loop: EventLoop
     public let path: String
     private let watcher: Unmanaged<Watcher>
 
@@ -28,6 +29,7 @@ public final class LoginSession {
         path = String(cString: raw)
         free(raw)
         self.bus = bus!
+        self.loop = loop
         let watcher = Unmanaged.passRetained(Watcher(changed))
         self.watcher = watcher
         watcher.takeUnretainedValue().session = nil
@@ -43,6 +45,7 @@ public final class LoginSession {
             throw Errno(-attached, "watch \(path)")
         }
         watcher.takeUnretainedValue().session = self
+        loop.eventSourcesChanged()
     }
 
     deinit {
@@ -53,6 +56,8 @@ public final class LoginSession {
     /// `LockedHint` and `Active`, read now (a round trip to logind).
     public func state() throws(Errno) -> State {
         var locked: Int32 = 0, active: Int32 = 0
+        // A call of its own on the attached bus may read other messages into its queue.
+        defer { loop.eventSourcesChanged() }
         try systemdCall("read \(path)") { bgtask_logind_session_state(bus, path, &locked, &active) }
         return State(locked: locked != 0, active: active != 0)
     }

@@ -9,6 +9,7 @@ import Glibc
 /// off (its messages are not queued). `sd-bus(3)`, `org.freedesktop.systemd1(5)`
 public final class ServiceManager {
     private let bus: OpaquePointer
+    private let loop: EventLoop
 
     /// The system manager's private socket.
     public static let systemPath = "/run/systemd/private"
@@ -36,6 +37,8 @@ public final class ServiceManager {
         var bus: OpaquePointer?
         try systemdCall("sd-bus on \(path)") { bgtask_manager_bus_open(fd, loop.event, &bus) }
         self.bus = bus!
+        self.loop = loop
+        loop.eventSourcesChanged()
     }
 
     deinit { sd_bus_flush_close_unref(bus) }
@@ -57,6 +60,7 @@ public final class ServiceManager {
                 return 0
             }, box.toOpaque())
         }
+        loop.eventSourcesChanged()
         if result < 0 {
             box.release()
             done(String(cString: strerror(-result)))

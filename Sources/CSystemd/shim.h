@@ -13,6 +13,7 @@
 #include <sys/random.h>
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
+#include <sys/timerfd.h>
 #include <sys/vfs.h>
 #include <spawn.h>
 
