@@ -106,14 +106,13 @@ extension Daemon {
     }
 
     func handle(_ request: Request, on connection: Connection, at now: Instant) {
-        var effects: [Effect] = []
-        let answer: Answer
-        do throws(VarlinkError) {
-            answer = try dispatch(request, on: connection, at: now, effects: &effects)
-        } catch {
-            answer = .reply(VarlinkReply(error: error))
+        let answer: Answer = carryingOut { effects in
+            do throws(VarlinkError) {
+                return try dispatch(request, on: connection, at: now, effects: &effects)
+            } catch {
+                return .reply(VarlinkReply(error: error))
+            }
         }
-        carryOut(effects)
         callPidfds.removeAll(keepingCapacity: true)
         if connection.peerPidfd != nil, let caller = connection.caller, watches[caller.identity] != nil {
             connection.releasePeerPidfd()

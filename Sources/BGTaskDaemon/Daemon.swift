@@ -84,6 +84,8 @@ public final class Daemon {
     var watchedByPID: [Int32: ProcessIdentity] = [:]
     /// Pidfds resolved for the call being handled, for `watch` effects to take.
     var callPidfds: [ProcessIdentity: Pidfd] = [:]
+    /// The storage of the effects list `carryingOut` lends.
+    var spareEffects: [Effect] = []
     /// Watched processes found already gone; fed to the model after the current effects.
     var exitedProcesses: [ProcessIdentity] = []
 
@@ -278,10 +280,22 @@ public final class Daemon {
     /// Fires what is due at `now` (at most `limit` timers); returns whether all was.
     @discardableResult
     func advanceModel(to now: Instant, limit: Int = .max) -> Bool {
+        carryingOut { effects in model.advance(to: now, limit: limit, effects: &effects) }
+    }
+
+    /// Runs `body` with an empty list of effects, then carries out what it listed (thrown or
+    /// not). The list's storage is kept from one use to the next (`spareEffects`): growing a
+    /// new array cost two or three allocations per call. A use inside another (effects that
+    /// lead to more) starts an array of its own.
+    func carryingOut<T, E>(_ body: (inout [Effect]) throws(E) -> T) throws(E) -> T {
         var effects: [Effect] = []
-        let caughtUp = model.advance(to: now, limit: limit, effects: &effects)
-        carryOut(effects)
-        return caughtUp
+        swap(&effects, &spareEffects)
+        defer {
+            carryOut(effects)
+            effects.removeAll(keepingCapacity: true)
+            swap(&effects, &spareEffects)
+        }
+        return try body(&effects)
     }
 
     func stop() {
