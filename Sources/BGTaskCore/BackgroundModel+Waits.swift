@@ -15,6 +15,8 @@ public enum Wait: Hashable, Sendable {
     case isolation(ProcessIdentity)
     /// The state file could not be written: try again.
     case stateRetry
+    /// The state log has grown past its bound: rewrite it, once calls have paused.
+    case stateRewrite
     /// `STATUS=` for the service manager (at most one per interval).
     case status
 }

@@ -22,7 +22,7 @@ public struct History: Sendable {
     /// Task names kept per entry; the rest are counted (`bounded`).
     public static let maximumNamesPerEntry = 8
     /// Each uid's entries, oldest first, numbered in the order they were appended.
-    private var byUID: [UInt32: [(sequence: UInt64, entry: HistoryEntry)]] = [:]
+    private var byUID: [UInt32: Entries] = [:]
     private var bytesByUID: [UInt32: Int] = [:]
     private var nextSequence: UInt64 = 0
     public private(set) var count = 0
@@ -65,7 +65,7 @@ public struct History: Sendable {
             }
             count -= 1
         }
-        byUID[entry.record.uid, default: []].append((nextSequence, entry))
+        byUID[entry.record.uid, default: Entries()].append((nextSequence, entry))
         bytesByUID[entry.record.uid, default: 0] += size
         nextSequence += 1
         count += 1
@@ -74,8 +74,33 @@ public struct History: Sendable {
 
     /// The entries, oldest first: all of them, or those of `uid`.
     public func entries(ownedBy uid: UInt32? = nil) -> [HistoryEntry] {
-        if let uid { return (byUID[uid] ?? []).map(\.entry) }
-        return byUID.values.joined().sorted { $0.sequence < $1.sequence }.map(\.entry)
+        if let uid { return (byUID[uid]?.all ?? []).map(\.entry) }
+        return byUID.values.flatMap(\.all).sorted { $0.sequence < $1.sequence }.map(\.entry)
+    }
+
+    /// One uid's entries: a queue whose oldest is dropped in O(1) (an array's `removeFirst`
+    /// moved every entry after it: with the history full, each action of a burst of 10,000
+    /// moved a thousand entries).
+    private struct Entries {
+        private var items: [(sequence: UInt64, entry: HistoryEntry)] = []
+        private var head = 0
+
+        var count: Int { items.count - head }
+        var isEmpty: Bool { count == 0 }
+        var all: ArraySlice<(sequence: UInt64, entry: HistoryEntry)> { items[head...] }
+
+        mutating func append(_ item: (sequence: UInt64, entry: HistoryEntry)) { items.append(item) }
+
+        /// The oldest, gone; the dropped slots are given back once they are half the array.
+        mutating func removeFirst() -> (sequence: UInt64, entry: HistoryEntry) {
+            let first = items[head]
+            head += 1
+            if head >= 32, head * 2 >= items.count {
+                items.removeFirst(head)
+                head = 0
+            }
+            return first
+        }
     }
 
     /// Every entry, oldest first.

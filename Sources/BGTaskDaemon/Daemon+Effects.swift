@@ -126,6 +126,7 @@ extension Daemon {
         case .stopCheck: enforcer.checkStops(at: loop.now)
         case let .isolation(app): checkScope(app)
         case .stateRetry: writeState()
+        case .stateRewrite: rewriteWhenQuiet()
         case .status: sendStatus()
         }
     }

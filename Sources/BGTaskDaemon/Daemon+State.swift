@@ -76,13 +76,36 @@ extension Daemon {
                 // This daemon's first file (the whole state): until it exists there is
                 // nothing to append to.
                 try stateFile.rewrite(model.savedState(), history: history.entries)
-            } else if try stateFile.flush(liveRecords: live), loop.now >= nextRewriteAttempt {
-                rewriteState()
+            } else if try stateFile.flush(liveRecords: live), loop.now >= nextRewriteAttempt, rewriteDueSince == nil {
+                rewriteDueSince = loop.now
+                model.schedule(.stateRewrite, at: Instant(nanoseconds: loop.now + Self.rewriteQuiet))
             }
+            lastStateWriteAt = loop.now
             if !stateWritable { stateWriteRecovered() }
         } catch {
             stateWriteFailed(error)
         }
+    }
+
+    /// How long the log goes unwritten before a due rewrite is done, and the longest a
+    /// rewrite waits for that (`rewriteWhenQuiet`).
+    static let rewriteQuiet: Int64 = 100_000_000
+    static let rewriteWaitLimit: Int64 = 2_000_000_000
+
+    /// A rewrite writes the whole state (tens of milliseconds with 10,000 apps): done when
+    /// the log has gone `rewriteQuiet` without an append, not in the middle of a burst of
+    /// calls (a screen lock's), each of which would wait for it; under a load that never
+    /// pauses, after `rewriteWaitLimit`. Meanwhile the log grows by that long's changes.
+    func rewriteWhenQuiet() {
+        guard let since = rewriteDueSince else { return }
+        let now = loop.now
+        if now - lastStateWriteAt < Self.rewriteQuiet, now - since < Self.rewriteWaitLimit {
+            let next = min(lastStateWriteAt + Self.rewriteQuiet, since + Self.rewriteWaitLimit)
+            model.schedule(.stateRewrite, at: Instant(nanoseconds: next))
+            return
+        }
+        rewriteDueSince = nil
+        rewriteState()
     }
 
     /// A failed rewrite (no room for a copy) costs nothing more: the log it would replace is

@@ -154,6 +154,34 @@ import Varlink
         #expect(try daemon.tasks(idle.pid).map { $0["id"]!.intValue! } == held)
     }
 
+    /// The log grows past its bound (4,096 lines here) and is rewritten once the calls pause,
+    /// as a new file (another inode) that a restarted daemon reads whole.
+    @Test func aGrownLogIsRewrittenOnceCallsPauseAndStaysWhole() throws {
+        var daemon = try TestDaemon(["GrantLatencyMinSec=0", "GrantLatencyMaxSec=0"])
+        func inode() -> UInt {
+            var info = stat()
+            return stat(daemon.statePath, &info) == 0 ? UInt(info.st_ino) : 0
+        }
+        let app = try daemon.connect()
+        let kept = try app.call("io.bgtaskd.App.BeginTask", ["name": "kept"])["taskId"]!.intValue!
+        try waitUntil("the state file written") { inode() != 0 }
+        let first = inode()
+        // Each pair writes two task lines: 2,100 pairs are past 4,096 lines.
+        for round in 0..<2_100 {
+            let id = try app.call("io.bgtaskd.App.BeginTask", ["name": .string("round \(round)")])["taskId"]!.intValue!
+            _ = try app.call("io.bgtaskd.App.EndTask", ["taskId": .int(id)])
+        }
+        try waitUntil("the log rewritten", timeout: 10) { inode() != first }
+        let before = try Listing(daemon)
+        #expect(before.tasks.count == 1)
+        try daemon.crash()
+        daemon = try daemon.restart(["GrantLatencyMinSec=0", "GrantLatencyMaxSec=0"])
+        // The app's connection went with the old daemon; the task was not bound to it.
+        let after = try Listing(daemon)
+        #expect(after.tasks == before.tasks)
+        #expect(after.tasks.first?.hasPrefix("\(kept) ") == true)
+    }
+
     @Test func aSecondDaemonOnTheSameStateIsRefusedAndABadFileIsSetAside() throws {
         let daemon = try TestDaemon()
         let second = try Spawned(Binaries.path("bgtaskd"), ["--socket", daemon.directory + "/other"],
