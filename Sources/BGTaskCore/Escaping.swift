@@ -20,8 +20,11 @@ extension String {
     /// or a journal `MESSAGE`. A process name (`prctl(PR_SET_NAME)`) is whatever its owner
     /// chose, escape sequences and newlines included.
     public var cEscaped: String {
-        // The common case, printable ASCII with no backslash, costs one scan and no copy.
-        if utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "\\") }) { return self }
+        // The common case, printable ASCII with no backslash, costs one scan of its bytes and
+        // no copy.
+        var text = self
+        let plain = text.withUTF8 { bytes in !bytes.contains { $0 < 0x20 || $0 >= 0x7F || $0 == UInt8(ascii: "\\") } }
+        if plain { return self }
         var out = ""
         for scalar in unicodeScalars {
             switch scalar {

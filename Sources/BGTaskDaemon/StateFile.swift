@@ -181,8 +181,30 @@ final class StateFile {
         for change in changes { append("requests", Self.encode(change.requests, key: change.key)) }
     }
 
+    /// A history line, written directly as `appendTask` is (one per action: a screen lock's
+    /// burst writes thousands); the same text as `JSON.object(["history": encode(entry)])`,
+    /// checked in debug builds.
     func record(_ entry: HistoryEntry) {
-        append("history", Self.encode(entry))
+        let start = pending.count
+        let record = entry.record
+        func string(_ value: String) { pending.appendString(value) }
+        raw("{\"history\":{\"action\":"); string(record.action.rawValue)
+        raw(",\"command\":"); string(record.command)
+        if let detail = record.detail { raw(",\"detail\":"); string(detail) }
+        if record.app.inode != 0 { raw(",\"ino\":"); number(Int64(bitPattern: record.app.inode)) }
+        raw(",\"pid\":"); number(Int64(record.app.pid))
+        raw(",\"reason\":"); string(record.reason.rawValue)
+        raw(",\"start\":"); number(Int64(bitPattern: record.app.startTime))
+        raw(",\"tasks\":[")
+        for (index, name) in record.taskNames.enumerated() {
+            if index > 0 { raw(",") }
+            string(name)
+        }
+        raw("],\"time\":"); number(entry.realtimeNanoseconds)
+        raw(",\"uid\":"); number(Int64(record.uid))
+        raw("}}\n")
+        linesSinceRewrite += 1
+        assert(pending.bytes(from: start) == Array((JSON.object(["history": Self.encode(entry)]).serialized + "\n").utf8))
     }
 
     /// A task line, written directly: one goes out per `BeginTask` and per grant, and
