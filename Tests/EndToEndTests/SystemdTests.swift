@@ -38,6 +38,34 @@ import TestSupport
         return prefix
     }
 
+    /// What a service manager hears (`sd_notify(3)`), without one: `READY=1`, then
+    /// `WATCHDOG=1` from the loop at about half of `WATCHDOG_USEC` while it serves calls
+    /// (sd-event, which sends them, is turned only when its own descriptor is ready).
+    @Test func theLoopPingsTheWatchdogWhileItServes() throws {
+        var template = Array("/tmp/bgtaskd-notify-XXXXXX".utf8CString)
+        guard let made = mkdtemp(&template) else { throw Errno.current("mkdtemp") }
+        let directory = String(cString: made)
+        defer {
+            unlink(directory + "/notify")
+            rmdir(directory)
+        }
+        let notify = try UnixSocket.bindDatagram(path: directory + "/notify")
+        let daemon = try TestDaemon(environment: ["NOTIFY_SOCKET=\(directory)/notify", "WATCHDOG_USEC=200000"])
+        let app = try daemon.connect()
+        var messages: [String] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        let deadline = Clock.monotonicNanoseconds() + 5_000_000_000
+        while messages.filter({ $0.contains("WATCHDOG=1") }).count < 6, Clock.monotonicNanoseconds() < deadline {
+            _ = try app.call("io.bgtaskd.App.GetTimeRemaining")  // the loop busy between pings
+            guard try notify.waitReadable(timeoutMilliseconds: 10) else { continue }
+            let count = recv(notify.rawValue, &buffer, buffer.count, 0)
+            if count > 0 { messages.append(String(decoding: buffer[..<count], as: UTF8.self)) }
+        }
+        // (sd-event pings once when the watchdog is enabled, before READY=1.)
+        let ready = try #require(messages.firstIndex { $0.hasPrefix("READY=1") }, "\(messages)")
+        #expect(messages[ready...].filter { $0.contains("WATCHDOG=1") }.count >= 4, "\(messages)")
+    }
+
     @Test(.enabled(if: releaseBuilt && haveAnalyze, "needs make release, systemd-analyze and man (make check does both)"))
     func unitsVerifyWithoutAWord() throws {
         let prefix = try Self.installedPrefix()

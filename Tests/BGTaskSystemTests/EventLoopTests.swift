@@ -1,0 +1,117 @@
+// SPDX-License-Identifier: Apache-2.0
+import BGTaskSystem
+import Glibc
+import Testing
+import TestSupport
+
+/// The loop on real descriptors: pipes and `timerfd`s.
+@Suite struct EventLoopTests {
+    /// A pipe whose read end is ready once a byte was written.
+    final class Pipe {
+        let read: FileDescriptor
+        let write: FileDescriptor
+        init() throws { (read, write) = try Subprocess.pipe() }
+        func fill() { var byte: UInt8 = 1; _ = Glibc.write(write.rawValue, &byte, 1) }
+    }
+
+    /// Turns the loop until `condition` holds, for at most `seconds`.
+    func turn(_ loop: EventLoop, until what: String, seconds: Double = 5, _ condition: () -> Bool) throws {
+        let deadline = Clock.monotonicNanoseconds() + Int64(seconds * 1e9)
+        while !condition() {
+            guard Clock.monotonicNanoseconds() < deadline else { throw TestFailure("timed out waiting for \(what)") }
+            try loop.runOnce(timeoutMilliseconds: 10)
+        }
+    }
+
+    /// Returns once `instant` has passed (the precondition of what follows, not a guess).
+    func sleepPast(_ instant: Int64) {
+        while Clock.monotonicNanoseconds() <= instant { usleep(1_000) }
+    }
+
+    @Test func aTimerFiresOnceAtItsInstantNeverBefore() throws {
+        let loop = try EventLoop()
+        var fired: [Int64] = []
+        let timer = try loop.addTimer { fired.append(Clock.monotonicNanoseconds()) }
+        let at = Clock.monotonicNanoseconds() + 30_000_000
+        timer.arm(at: at)
+        try turn(loop, until: "the timer") { !fired.isEmpty }
+        #expect(fired[0] >= at)
+        #expect(loop.now >= at)  // the pass's instant is the wake-up's
+        for _ in 0..<5 { try loop.runOnce(timeoutMilliseconds: 5) }
+        #expect(fired.count == 1)  // one-shot
+        // Passed already: fires at the next turn.
+        timer.arm(at: Clock.monotonicNanoseconds() - 1_000_000_000)
+        try turn(loop, until: "a timer armed in the past") { fired.count == 2 }
+    }
+
+    @Test func aTimerMovedOrTurnedOffBeforeItsTurnDoesNotFire() throws {
+        let loop = try EventLoop()
+        var fired = 0
+        let timer = try loop.addTimer { fired += 1 }
+        let due = Clock.monotonicNanoseconds() + 5_000_000
+        timer.arm(at: due)
+        sleepPast(due)  // due, and not turned: the loop has not waited since
+        timer.arm(at: nil)
+        for _ in 0..<5 { try loop.runOnce(timeoutMilliseconds: 5) }
+        #expect(fired == 0)
+        // Moved later after it became due: fires at the new instant, once.
+        let soon = Clock.monotonicNanoseconds() + 1_000_000
+        timer.arm(at: soon)
+        sleepPast(soon)
+        let later = Clock.monotonicNanoseconds() + 40_000_000
+        timer.arm(at: later)
+        try turn(loop, until: "the moved timer") { fired == 1 }
+        #expect(Clock.monotonicNanoseconds() >= later)
+    }
+
+    @Test func aGroupsReadyMembersAreHandledInOneDispatch() throws {
+        let loop = try EventLoop()
+        var dispatches = 0
+        var handled: [Int] = []
+        var group: IOGroup?
+        group = try IOGroup(loop: loop) {
+            dispatches += 1
+            group?.dispatchReady()
+        }
+        let pipes = try (0..<3).map { _ in try Pipe() }
+        var sources: [EventSource?] = []
+        var removed: Int?
+        for (index, pipe) in pipes.enumerated() {
+            sources.append(try group!.add(pipe.read.rawValue, events: IOEvents.readable) { _ in
+                handled.append(index)
+                var byte: UInt8 = 0
+                _ = read(pipe.read.rawValue, &byte, 1)
+                // The first handler removes a member whose event the same wait collected.
+                if handled.count == 1, let victim = (0..<3).first(where: { $0 != index }) {
+                    removed = victim
+                    sources[victim] = nil
+                }
+            })
+        }
+        for pipe in pipes { pipe.fill() }
+        try turn(loop, until: "the group's dispatch") { dispatches > 0 }
+        #expect(dispatches == 1)
+        #expect(handled.count == 2)
+        #expect(removed.map { !handled.contains($0) } == true)
+        withExtendedLifetime(sources) {}
+    }
+
+    @Test func aRemovedMemberIsNotHeardAndItsSlotServesTheNext() throws {
+        let loop = try EventLoop()
+        let first = try Pipe(), second = try Pipe()
+        var heard: [String] = []
+        var source: EventSource? = try loop.addIO(first.read.rawValue, events: IOEvents.readable) { _ in heard.append("first") }
+        first.fill()
+        source = nil  // gone before its event is collected
+        source = try loop.addIO(second.read.rawValue, events: IOEvents.readable) { _ in
+            heard.append("second")
+            var byte: UInt8 = 0
+            _ = read(second.read.rawValue, &byte, 1)
+        }
+        for _ in 0..<3 { try loop.runOnce(timeoutMilliseconds: 5) }
+        #expect(heard.isEmpty)
+        second.fill()
+        try turn(loop, until: "the second member") { heard == ["second"] }
+        withExtendedLifetime(source) {}
+    }
+}
