@@ -11,8 +11,15 @@ extension Daemon {
     /// disk is never behind what was done. A suspension that cannot be recorded waits until
     /// it can: a crash would otherwise leave the app stopped with no record of it. Replies
     /// and events are only queued here; the pass writes the state before they go out
-    /// (`commit`).
+    /// (`commit`). The model made every change these effects act on before it listed them,
+    /// so one write before the first action covers them all (16 deadlines fired together
+    /// are one write, not 16).
     func carryOut(_ effects: [Effect]) {
+        var written = false
+        func writeOnce() {
+            if !written { writeState() }
+            written = true
+        }
         for effect in effects {
             switch effect {
             case let .lifecycle(app, uid, event):
@@ -39,7 +46,7 @@ extension Daemon {
                     broadcast(["event": .string("taskChanged"), "task": Wire.task(task)], uid: task.uid)
                 }
             case let .act(record, signal):
-                writeState()
+                writeOnce()
                 if record.action == .suspended, !stateWritable {
                     deferredSuspensions.insert(record.app)
                     log(.warning, "App \(record.app) (\(record.command)) not suspended yet: \(stateFile.path) cannot be written, and a suspension must be recorded first")
@@ -53,7 +60,7 @@ extension Daemon {
                     broadcast(["event": .string(record.action.rawValue), "entry": Wire.historyEntry(entry)], uid: record.uid)
                 }
             case let .kill(process, uid):
-                writeState()
+                writeOnce()
                 enforcer.kill(process, uid: uid)
             case let .watch(process):
                 watch(process)
