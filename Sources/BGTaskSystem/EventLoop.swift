@@ -48,7 +48,6 @@ public final class EventLoop {
         try systemdCall("sd_event_new") { sd_event_new(&event) }
         self.event = event!
         ready = .allocate(capacity: Self.maximumPerWait)
-        now = Clock.monotonicNanoseconds()
         var member = epoll_event()
         member.events = IOEvents.readable
         member.data.u64 = Self.eventToken
@@ -61,8 +60,10 @@ public final class EventLoop {
         sd_event_unref(event)
     }
 
-    /// The monotonic time at which this loop pass woke, in nanoseconds.
-    public private(set) var now: Int64
+    /// The monotonic time at which this loop pass woke, in nanoseconds; before the first
+    /// wait (a daemon restoring its state), the clock's.
+    public var now: Int64 { wokeAt ?? Clock.monotonicNanoseconds() }
+    private var wokeAt: Int64?
 
     /// Calls `handler` with the `EPOLL*` events whenever `fd` is ready for `events`. The
     /// source must go away before `fd` is closed. `epoll_ctl(2)`
@@ -149,7 +150,7 @@ public final class EventLoop {
             if errno == EINTR { return }
             throw Errno(errno, "epoll_wait")
         }
-        now = Clock.monotonicNanoseconds()
+        wokeAt = Clock.monotonicNanoseconds()
         for index in 0..<Int(count) {
             let token = ready[index].data.u64
             if token == Self.eventToken {
