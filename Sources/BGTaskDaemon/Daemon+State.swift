@@ -79,6 +79,7 @@ extension Daemon {
             } else if try stateFile.flush(liveRecords: live), loop.now >= nextRewriteAttempt, rewriteDueSince == nil {
                 rewriteDueSince = loop.now
                 model.schedule(.stateRewrite, at: Instant(nanoseconds: loop.now + Self.rewriteQuiet))
+                armTimer(at: loop.now + Self.rewriteQuiet)
             }
             lastStateWriteAt = loop.now
             if !stateWritable { stateWriteRecovered() }
@@ -130,6 +131,7 @@ extension Daemon {
         stateWritable = false
         stateRetryDelay = min(max(2 * stateRetryDelay, 100_000_000), 5_000_000_000)
         model.schedule(.stateRetry, at: Instant(nanoseconds: loop.now + stateRetryDelay))
+        armTimer(at: loop.now + stateRetryDelay)
     }
 
     private func stateWriteRecovered() {

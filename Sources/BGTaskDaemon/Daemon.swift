@@ -261,13 +261,17 @@ public final class Daemon {
             while !advanceModel(to: now, limit: Self.timersPerSlice) { _ = commit() }
             next = inPlace { $0.nextDeadline() }
         }
-        // Re-arm only for an earlier deadline: firing early costs one idle pass, while moving
-        // the timer on every call (the oldest task changes with each EndTask) costs a
-        // timerfd_settime per call.
-        if let next = next?.nanoseconds, next < (timerArmedAt ?? .max) {
-            timer.arm(at: next)
-            timerArmedAt = next
-        }
+        if let next { armTimer(at: next.nanoseconds) }
+    }
+
+    /// Arms the one timer at `instant` if it is armed for later or not at all. Only for an
+    /// earlier deadline: firing early costs one idle pass, while moving the timer on every
+    /// call (the oldest task changes with each EndTask) costs a timerfd_settime per call.
+    /// A wait scheduled after `endPass` (by the pass's state write) arms it this way.
+    func armTimer(at instant: Int64) {
+        guard instant < (timerArmedAt ?? .max) else { return }
+        timer.arm(at: instant)
+        timerArmedAt = instant
     }
 
     /// A read of the model in place, for the reads on every call's path. A non-mutating
