@@ -23,11 +23,6 @@ import TestSupport
         }
     }
 
-    /// Returns once `instant` has passed (the precondition of what follows, not a guess).
-    func sleepPast(_ instant: Int64) {
-        while Clock.monotonicNanoseconds() <= instant { usleep(1_000) }
-    }
-
     @Test func aTimerFiresOnceAtItsInstantNeverBefore() throws {
         let loop = try EventLoop()
         var fired: [Int64] = []
@@ -50,14 +45,14 @@ import TestSupport
         let timer = try loop.addTimer { fired += 1 }
         let due = Clock.monotonicNanoseconds() + 5_000_000
         timer.arm(at: due)
-        sleepPast(due)  // due, and not turned: the loop has not waited since
+        waitForInstant(due)  // the precondition: due, and not turned (the loop has not waited since)
         timer.arm(at: nil)
         for _ in 0..<5 { try loop.runOnce(timeoutMilliseconds: 5) }
         #expect(fired == 0)
         // Moved later after it became due: fires at the new instant, once.
         let soon = Clock.monotonicNanoseconds() + 1_000_000
         timer.arm(at: soon)
-        sleepPast(soon)
+        waitForInstant(soon)
         let later = Clock.monotonicNanoseconds() + 40_000_000
         timer.arm(at: later)
         try turn(loop, until: "the moved timer") { fired == 1 }

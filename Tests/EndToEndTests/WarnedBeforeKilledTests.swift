@@ -75,8 +75,7 @@ import Varlink
         // stopped. That is the precondition, not a wait for an event (a stopped daemon makes
         // none): one wait until an instant 200 ms past the last app's deadline.
         let deadline = start + 1_000_000_000 + 200_000_000
-        var at = timespec(tv_sec: Int(deadline / 1_000_000_000), tv_nsec: Int(deadline % 1_000_000_000))
-        while clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, nil) == EINTR {}
+        waitForInstant(deadline)
         #expect(Clock.monotonicNanoseconds() >= deadline)
         try daemon.process.signal(SIGCONT)
         // Each is suspended (its task ended), none terminated.

@@ -146,6 +146,15 @@ public func waitUntil(_ what: @autoclosure () -> String, timeout: Double = 5, _ 
     }
 }
 
+/// Returns once the monotonic clock has reached `instant` (nanoseconds): for a test whose
+/// precondition is that time has passed (a deadline fallen due while nothing may answer),
+/// not a wait for an event. One absolute wait, `clock_nanosleep(TIMER_ABSTIME)`, resumed
+/// after a signal.
+public func waitForInstant(_ instant: Int64) {
+    var at = timespec(tv_sec: Int(instant / 1_000_000_000), tv_nsec: Int(instant % 1_000_000_000))
+    while clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, nil) == EINTR {}
+}
+
 /// The one-letter state of `/proc/PID/stat` (`T` when stopped), `nil` once gone.
 public func processState(_ pid: Int32) -> Character? {
     (try? ProcStat.read(pid: pid))?.state
