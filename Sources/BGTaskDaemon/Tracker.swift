@@ -29,6 +29,14 @@ final class Tracker {
     private var members: [ProcessIdentity: [Int32: ProcessIdentity?]] = [:]
     /// Each followed app's own process, to follow it afresh after a loss.
     private var roots: [ProcessIdentity: Pidfd] = [:]
+    /// Members' pidfds, opened when they were named and kept (at most `maximumHeld`): every
+    /// action on an app hands out its members, and opening and checking each anew (a pidfd,
+    /// `/proc/PID/stat`, a poll) was a fifth of the daemon's time in a session lock. A kept
+    /// pidfd is the process that was forked for as long as it lives; one that exited is
+    /// dropped at its exit event. Beyond the bound (a fork-happy app: the descriptors are
+    /// the daemon's, for everyone) members are opened as they are needed, as before.
+    private var held: [Int32: Pidfd] = [:]
+    static let maximumHeld = 1024
     /// Called each time the kernel dropped events (a burst beyond the socket buffer).
     let lost: () -> Void
     /// Called for each process seen forked into an app, with its parent's pid, as its event
@@ -67,7 +75,10 @@ final class Tracker {
     /// Stops following `app` (it is gone).
     func stop(_ app: ProcessIdentity) {
         roots[app] = nil
-        for pid in (members.removeValue(forKey: app) ?? [:]).keys where appOf[pid] == app { appOf[pid] = nil }
+        for pid in (members.removeValue(forKey: app) ?? [:]).keys where appOf[pid] == app {
+            appOf[pid] = nil
+            held[pid] = nil
+        }
     }
 
     /// The app's members now (every fork up to this instant read first), each held by a
@@ -77,11 +88,16 @@ final class Tracker {
         drain()
         var result: [Pidfd] = []
         for case let (pid, identity?) in members[app] ?? [:] where !known.contains(pid) {
+            if let pidfd = held[pid] {
+                result.append(pidfd)
+                continue
+            }
             guard let pidfd = try? Pidfd.open(pid: pid), pidfd.startTime == identity.startTime,
                   pidfd.inode == identity.inode else {
                 forget(pid)  // exited, its exit event lost: not the process that was forked
                 continue
             }
+            hold(pidfd, of: app)
             result.append(pidfd)
         }
         return result
@@ -116,13 +132,18 @@ final class Tracker {
                     appOf[child] = app
                     let pidfd = try? Pidfd.open(pid: child)
                     members[app, default: [:]][child] = pidfd.map(Self.identity)
-                    if let pidfd { forked(app, parent, pidfd) }
+                    if let pidfd {
+                        hold(pidfd, of: app)
+                        forked(app, parent, pidfd)
+                    }
                 case let .exit(pid):
                     // A thread other than the leader that calls exec takes over the process:
                     // the old leader's exit is reported, but the process lives on, the same
                     // pidfs inode. Only a process that is gone leaves.
-                    if let app = appOf[pid], case let known?? = members[app]?[pid], let pidfd = try? Pidfd.open(pid: pid),
-                       !pidfd.hasExited, pidfd.inode == known.inode, pidfd.startTime == known.startTime { continue }
+                    if let kept = held[pid] {
+                        if !kept.hasExited { continue }
+                    } else if let app = appOf[pid], case let known?? = members[app]?[pid], let pidfd = try? Pidfd.open(pid: pid),
+                              !pidfd.hasExited, pidfd.inode == known.inode, pidfd.startTime == known.startTime { continue }
                     forget(pid)
                 }
             }
@@ -149,6 +170,8 @@ final class Tracker {
         members = kept
         appOf = [:]
         for (app, known) in kept { for pid in known.keys { appOf[pid] = app } }
+        held = [:]
+        for pidfd in roots { if let app = appOf[pidfd.pid] { hold(pidfd, of: app) } }
         for (app, root) in self.roots {
             for pidfd in ProcessTree.members(of: root) { add(pidfd, to: app) }
         }
@@ -162,6 +185,14 @@ final class Tracker {
         guard appOf[pidfd.pid] == nil else { return }
         appOf[pidfd.pid] = app
         members[app, default: [:]][pidfd.pid] = Self.identity(pidfd)
+        hold(pidfd, of: app)
+    }
+
+    /// Keeps a member's pidfd, within the bound; not an app's own process (the daemon holds
+    /// that one already, and `members(of:)` is asked without it).
+    private func hold(_ pidfd: Pidfd, of app: ProcessIdentity) {
+        guard held.count < Self.maximumHeld, pidfd.pid != app.pid else { return }
+        held[pidfd.pid] = pidfd
     }
 
     private static func identity(_ pidfd: Pidfd) -> ProcessIdentity {
@@ -171,5 +202,6 @@ final class Tracker {
     private func forget(_ pid: Int32) {
         guard let app = appOf.removeValue(forKey: pid) else { return }
         members[app]?[pid] = nil
+        held[pid] = nil
     }
 }

@@ -18,7 +18,13 @@ public final class ProcessEvents {
     /// events a second held up by a 3 s stall overflowed 4 MiB).
     public static let receiveBufferBytes: Int32 = 32 << 20
 
+    /// One datagram's room, kept: a read that finds nothing (most of them: the tracker reads
+    /// before every process action) costs the `recv`, not an allocation and a 4 KiB memset.
+    private let buffer = UnsafeMutableBufferPointer<UInt8>.allocate(capacity: 4096)
+
     private init(descriptor: FileDescriptor) { self.descriptor = descriptor }
+
+    deinit { buffer.deallocate() }
 
     /// Subscribes to the events. `EPERM` without `CAP_NET_ADMIN`, or in a container: the
     /// kernel reports only to listeners in the initial pid and user namespaces (elsewhere it
@@ -38,17 +44,16 @@ public final class ProcessEvents {
     /// missed cannot be known.
     public func read(limit: Int = .max) throws(Errno) -> [Event] {
         var events: [Event] = []
-        var buffer = [UInt8](repeating: 0, count: 4096)
+        let fd = descriptor.rawValue
         for _ in 0..<limit {
-            let fd = descriptor.rawValue
-            let length = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            let length = recv(fd, buffer.baseAddress, buffer.count, 0)
             if length < 0 {
                 if errno == EAGAIN || errno == EWOULDBLOCK { return events }
                 if errno == EINTR { continue }
                 throw Errno.current("recv(process-events connector)")
             }
             var first: Int32 = 0, second: Int32 = 0
-            switch buffer.withUnsafeBytes({ bgtask_proc_event($0.baseAddress, length, &first, &second) }) {
+            switch bgtask_proc_event(buffer.baseAddress, length, &first, &second) {
             case 1: events.append(.fork(parent: first, child: second))
             case 2: events.append(.exit(first))
             default: break

@@ -1,0 +1,60 @@
+// SPDX-License-Identifier: Apache-2.0
+import BGTaskSystem
+import Foundation
+import Glibc
+import Testing
+import TestSupport
+import Varlink
+
+/// The tracker keeps its members' pidfds (every action on an app hands them out), within a
+/// bound: the descriptors are the daemon's, for everyone.
+extension TrackedContainmentTests {
+    /// An app that registers, then forks `argv[2]` workers that wait; prints their pids.
+    static let manyWorkersApp = #"""
+    import json, os, signal, socket, sys
+    s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
+    s.sendall(b'{"method":"io.bgtaskd.App.GetTimeRemaining","parameters":{}}\0')
+    reply = b""
+    while not reply.endswith(b"\0"): reply += s.recv(4096)
+    workers = []
+    for _ in range(int(sys.argv[2])):
+        pid = os.fork()
+        if pid == 0:
+            signal.pause(); os._exit(0)
+        workers.append(pid)
+    print(json.dumps({"workers": workers}), flush=True)
+    signal.pause()
+    """#
+
+    /// The pidfds a process holds (`anon_inode:[pidfd]` in `/proc/PID/fd`).
+    static func pidfdCount(_ pid: Int32) -> Int {
+        let directory = "/proc/\(pid)/fd"
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return -1 }
+        return names.filter { (try? FileManager.default.destinationOfSymbolicLink(atPath: directory + "/" + $0)) == "anon_inode:[pidfd]" }.count
+    }
+
+    /// uid 65534's app forks 1,100 workers, more than the daemon keeps pidfds for (1,024): the
+    /// daemon holds no more than that bound of them, and a suspension still stops every
+    /// worker (those beyond it opened as they are needed) and a resumption continues them.
+    @Test(.enabled(if: getuid() == 0 && Host.inInitialNamespaces,
+                   "needs CAP_NET_ADMIN in the initial namespaces for the process-events connector"))
+    func aForkingUnprivilegedAppCostsTheDaemonBoundedDescriptors() throws {
+        let daemon = try TestDaemon(["BackgroundTimeSec=1min"])
+        let held = Self.pidfdCount(daemon.process.pid)
+        let app = try Spawned("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3",
+                                                   "-c", Self.manyWorkersApp, daemon.socketPath, "1100"])
+        let line = try #require(try app.readLine(timeout: 30))
+        let pids = try #require(try JSON.parse(line)["workers"]?.arrayValue?.compactMap(\.intValue).map(Int32.init))
+        let workers = try pids.map { try Pidfd.open(pid: $0) }
+        defer { for worker in workers { try? worker.send(signal: SIGKILL) } }
+        #expect(workers.count == 1100)
+        try daemon.setState(app.pid, "background")
+        try waitUntil("every worker stopped", timeout: 20) { workers.allSatisfy { processState($0.pid) == "T" } }
+        let during = Self.pidfdCount(daemon.process.pid)
+        // The bound, the app's own pidfd and a few a call holds for a moment.
+        #expect(held >= 0 && during - held <= 1024 + 8, "the daemon held \(held) pidfds before, \(during) after")
+        #expect(during - held >= 1000, "the workers' pidfds are kept (\(held) before, \(during) after)")
+        try daemon.setState(app.pid, "foreground")
+        try waitUntil("every worker running", timeout: 20) { workers.allSatisfy { Self.isRunning($0.pid) } }
+    }
+}
