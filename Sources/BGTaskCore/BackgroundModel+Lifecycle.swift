@@ -8,7 +8,7 @@ extension BackgroundModel {
     public mutating func setState(of app: ProcessIdentity, to state: AppState, by manager: String? = nil,
                                   reason: String? = nil, at now: Instant,
                                   effects: inout [Effect]) throws(BGTaskError) -> AppSnapshot {
-        guard apps[app] != nil else { throw .noSuchApp(app.pid) }
+        guard apps.contains(app) else { throw .noSuchApp(app.pid) }
         let cause = manager.map { manager in " (by \(manager)\(reason.map { ": \($0)" } ?? ""))" } ?? ""
         if state == .background || state == .foreground, let manager { apps[app]!.manager = manager }
         switch state {

@@ -15,12 +15,12 @@ public struct BackgroundModel {
     var tasks = ChangeTracked<TaskID, TaskRecord>()
     var tasksByOwner: [ProcessIdentity: Set<TaskID>] = [:]
     /// Whether `process` is a registered app's own process.
-    public func isApp(_ process: ProcessIdentity) -> Bool { apps[process] != nil }
+    public func isApp(_ process: ProcessIdentity) -> Bool { apps.contains(process) }
 
     /// The uid `process` runs for: its app's, or, for a process waiting for its `SIGKILL`,
     /// the uid of the app it was. `nil` if the model does not know the process.
     public func uid(of process: ProcessIdentity) -> UInt32? {
-        if let app = apps[process] { return app.uid }
+        if let uid = apps.dictionary.index(forKey: process).map({ apps.dictionary.values[$0].uid }) { return uid }
         if let termination = terminating[process] { return termination.uid }
         return tasksByOwner[process]?.first.flatMap { tasks[$0]?.uid }
     }

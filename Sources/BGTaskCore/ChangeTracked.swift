@@ -38,6 +38,9 @@ struct ChangeTracked<Key: Hashable, Value> {
     /// instructions for an app's record, several per call: callgrind). `read` must not write.
     mutating func peek<T>(_ key: Key, _ read: (inout Value) -> T) -> T? { update(key, saved: false, read) }
 
+    /// Whether `key` has a value, without the getter's copy of it.
+    func contains(_ key: Key) -> Bool { dictionary.index(forKey: key) != nil }
+
     var count: Int { dictionary.count }
     var keys: Dictionary<Key, Value>.Keys { dictionary.keys }
     var values: Dictionary<Key, Value>.Values { dictionary.values }

@@ -145,7 +145,7 @@ extension Daemon {
         switch record.action {
         case .suspended:
             enforcer.suspend(record.app, uid: record.uid, command: record.command,
-                             mode: model.settings(of: record.app).suspendMode, at: loop.now)
+                             mode: inPlace { $0.settings(of: record.app).suspendMode }, at: loop.now)
         case .resumed, .woken:
             enforcer.resume(record.app, uid: record.uid, at: loop.now)
         case .terminated:

@@ -27,7 +27,7 @@ extension Daemon {
     /// and opened a pidfd per call). The app's uid is the one it registered with, the one
     /// every action on it is taken as.
     func watchedApp(pid: Int32) -> ProcessIdentity? {
-        guard let app = watchedByPID[pid], model.isApp(app), let pidfd = watches[app]?.pidfd, !pidfd.hasExited else { return nil }
+        guard let app = watchedByPID[pid], inPlace({ $0.isApp(app) }), let pidfd = watches[app]?.pidfd, !pidfd.hasExited else { return nil }
         return app
     }
 
@@ -41,7 +41,7 @@ extension Daemon {
         switch target {
         case let .pid(pid):
             if let app = watchedApp(pid: pid) {
-                guard let uid = model.uid(of: app), mayManage(connection, appUID: uid) else { throw VarlinkError.permissionDenied }
+                guard let uid = inPlace({ $0.uid(of: app) }), mayManage(connection, appUID: uid) else { throw VarlinkError.permissionDenied }
                 return app
             }
             resolved = try resolver.resolve(pid: pid) { model.isApp($0) }
