@@ -137,8 +137,9 @@ public final class Daemon {
             self.pass { _ in }
         }
         enforcer = try Enforcer(group: clients, root: { [unowned self] app in self.watches[app]?.pidfd },
-                                tracked: { [unowned self] app, known in
-                                    self.tracker.flatMap { $0.follows(app) ? $0.members(of: app, excluding: known) : nil } }) { priority, message in
+                                tracked: { [unowned self] app, known, reading in
+                                    self.tracker.flatMap { $0.follows(app) ? $0.members(of: app, excluding: known, reading: reading) : nil }
+                                }) { priority, message in
             Journal.log(priority: priority.rawValue, message: message.cEscaped)
         }
         enforcer.schedule = { [unowned self] wait, instant in

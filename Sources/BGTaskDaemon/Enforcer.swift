@@ -70,8 +70,9 @@ final class Enforcer {
     let root: (ProcessIdentity) -> Pidfd?
     /// A tracked process app's members (the processes the tracker saw forked by its
     /// members), each held by a pidfd checked to be the process forked, but for the pids
-    /// given (held already); `nil` when the tracker does not follow the app.
-    let tracked: (ProcessIdentity, Set<Int32>) -> [Pidfd]?
+    /// given (held already); `nil` when the tracker does not follow the app. With `true`,
+    /// the fork events waiting are read first.
+    let tracked: (ProcessIdentity, Set<Int32>, Bool) -> [Pidfd]?
     /// The cgroup of each unit app acted on, as the action said (`adopt`): the model may
     /// have forgotten the app by the time an action is carried out.
     private var units: [ProcessIdentity: Cgroup] = [:]
@@ -93,7 +94,7 @@ final class Enforcer {
     /// Signal-suspended apps still to be checked in this sweep.
     private var sweep: [ProcessIdentity] = []
 
-    init(group: IOGroup, root: @escaping (ProcessIdentity) -> Pidfd?, tracked: @escaping (ProcessIdentity, Set<Int32>) -> [Pidfd]?,
+    init(group: IOGroup, root: @escaping (ProcessIdentity) -> Pidfd?, tracked: @escaping (ProcessIdentity, Set<Int32>, Bool) -> [Pidfd]?,
          log: @escaping (LogEntry.Priority, String) -> Void) throws(Errno) {
         self.group = group
         self.root = root
@@ -238,7 +239,7 @@ final class Enforcer {
         let owner = uid == 0 ? nil : uid
         if let unit = unit(app) { return ProcessTree.members(of: unit, owner: owner, excluded: &left).filter { $0.pid != ownPID } }
         let own = ownPID
-        if let followed = tracked(app, [root.pid]) {
+        if let followed = tracked(app, [root.pid], false) {
             return followedMembers(of: app, root: root, first: followed, owner: owner, excluded: &left, visit: visit)
         }
         let guarded: (Pidfd) -> Void = { if $0.pid != own { visit($0) } }
@@ -246,10 +247,13 @@ final class Enforcer {
     }
 
     /// A tracked app's members: its own process and the tracker's set, no walk (the tracker
-    /// has read every fork of a member since it followed the app, in order). Asked again
-    /// while it has new ones: forks read meanwhile. A fork whose event is read only after
-    /// the app was stopped is stopped then (`forked`). With `owner`, only the processes that
-    /// uid may signal itself.
+    /// has read every fork of a member since it followed the app, in order). The set as
+    /// read so far is visited first, then the events waiting are read and what they add is
+    /// visited, until a read adds nothing: a member stopped by `visit` forks no more, so a
+    /// fork made before its stop is in that read (one read per app when nothing forked; a
+    /// read before the first visit found only what the read after it finds too). A fork
+    /// whose event is read only after the app was stopped is stopped then (`forked`). With
+    /// `owner`, only the processes that uid may signal itself.
     private func followedMembers(of app: ProcessIdentity, root: Pidfd, first: [Pidfd], owner: UInt32?,
                                  excluded: inout [Int32], visit: (Pidfd) -> Void) -> [Pidfd] {
         guard !root.hasExited else { return [] }
@@ -266,7 +270,7 @@ final class Enforcer {
                 visit(pidfd)
                 members.append(pidfd)
             }
-            next = tracked(app, known) ?? []
+            next = tracked(app, known, true) ?? []
             if next.isEmpty { break }
         }
         return members

@@ -81,11 +81,11 @@ final class Tracker {
         }
     }
 
-    /// The app's members now (every fork up to this instant read first), each held by a
-    /// pidfd just opened and checked to be the process that was forked.
-    /// `known`: pids the caller holds already, not opened again.
-    func members(of app: ProcessIdentity, excluding known: Set<Int32> = []) -> [Pidfd] {
-        drain()
+    /// The app's members (with `reading`, every fork up to this instant read first; without,
+    /// those read so far), each held by a pidfd kept or just opened and checked to be the
+    /// process that was forked. `known`: pids the caller holds already, not handed out.
+    func members(of app: ProcessIdentity, excluding known: Set<Int32> = [], reading: Bool = true) -> [Pidfd] {
+        if reading { drain() }
         var result: [Pidfd] = []
         for case let (pid, identity?) in members[app] ?? [:] where !known.contains(pid) {
             if let pidfd = held[pid] {

@@ -25,7 +25,7 @@ import TestSupport
             var logged: (String) -> Void = { _ in }
             var group: IOGroup?
             group = try IOGroup(loop: loop) { group?.dispatchReady() }
-            enforcer = try Enforcer(group: group!, root: { roots()[$0] }, tracked: { _, _ in nil }) { _, message in logged(message) }
+            enforcer = try Enforcer(group: group!, root: { roots()[$0] }, tracked: { _, _, _ in nil }) { _, message in logged(message) }
             roots = { [unowned self] in self.roots }
             logged = { [unowned self] in self.logged.append($0) }
             enforcer.schedule = { [unowned self] wait, instant in self.scheduled.append((wait, instant)) }
