@@ -36,7 +36,8 @@ final class Tracker {
     /// dropped at its exit event. Beyond the bound (a fork-happy app: the descriptors are
     /// the daemon's, for everyone) members are opened as they are needed, as before.
     private var held: [Int32: Pidfd] = [:]
-    static let maximumHeld = 1024
+    /// 1,024, or a sixteenth of the descriptor limit where that is less.
+    let maximumHeld = min(1024, max(16, Host.descriptorLimit / 16))
     /// Called each time the kernel dropped events (a burst beyond the socket buffer).
     let lost: () -> Void
     /// Called for each process seen forked into an app, with its parent's pid, as its event
@@ -191,7 +192,7 @@ final class Tracker {
     /// Keeps a member's pidfd, within the bound; not an app's own process (the daemon holds
     /// that one already, and `members(of:)` is asked without it).
     private func hold(_ pidfd: Pidfd, of app: ProcessIdentity) {
-        guard held.count < Self.maximumHeld, pidfd.pid != app.pid else { return }
+        guard held.count < maximumHeld, pidfd.pid != app.pid else { return }
         held[pidfd.pid] = pidfd
     }
 

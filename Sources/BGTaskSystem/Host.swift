@@ -76,6 +76,13 @@ public enum Host {
         _ = setrlimit(resource, &limit)
     }
 
+    /// The soft limit on open descriptors (`Int.max` if unlimited or unknown). `getrlimit(2)`
+    public static var descriptorLimit: Int {
+        var limit = rlimit()
+        guard getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur != rlim_t.max else { return .max }
+        return Int(clamping: limit.rlim_cur)
+    }
+
     /// Writes `text` and a newline to standard error, unbuffered.
     public static func printError(_ text: String) {
         let bytes = Array((text + "\n").utf8)
