@@ -76,8 +76,8 @@ extension Daemon {
                 // This daemon's first file (the whole state): until it exists there is
                 // nothing to append to.
                 try stateFile.rewrite(model.savedState(), history: history.entries)
-            } else if try stateFile.flush(liveRecords: live), loop.now >= nextRewriteAttempt, rewriteDueSince == nil {
-                rewriteDueSince = loop.now
+            } else if try stateFile.flush(liveRecords: live), loop.now >= nextRewriteAttempt, !rewriteDue {
+                rewriteDue = true
                 model.schedule(.stateRewrite, at: Instant(nanoseconds: loop.now + Self.rewriteQuiet))
                 armTimer(at: loop.now + Self.rewriteQuiet)
             }
@@ -88,24 +88,23 @@ extension Daemon {
         }
     }
 
-    /// How long the log goes unwritten before a due rewrite is done, and the longest a
-    /// rewrite waits for that (`rewriteWhenQuiet`).
+    /// How long the log goes unwritten before a due rewrite is done (`rewriteWhenQuiet`).
     static let rewriteQuiet: Int64 = 100_000_000
-    static let rewriteWaitLimit: Int64 = 2_000_000_000
 
     /// A rewrite writes the whole state (tens of milliseconds with 10,000 apps): done when
     /// the log has gone `rewriteQuiet` without an append, not in the middle of a burst of
-    /// calls (a screen lock's), each of which would wait for it; under a load that never
-    /// pauses, after `rewriteWaitLimit`. Meanwhile the log grows by that long's changes.
+    /// calls (a screen lock's, a deadline burst's), each of which would wait for it; under
+    /// a load that never pauses, once the log has grown to twice the size at which the
+    /// rewrite fell due (`StateFile.isOverdue`). The log is bounded by its size, whatever
+    /// the rate of calls, not by a time.
     func rewriteWhenQuiet() {
-        guard let since = rewriteDueSince else { return }
-        let now = loop.now
-        if now - lastStateWriteAt < Self.rewriteQuiet, now - since < Self.rewriteWaitLimit {
-            let next = min(lastStateWriteAt + Self.rewriteQuiet, since + Self.rewriteWaitLimit)
-            model.schedule(.stateRewrite, at: Instant(nanoseconds: next))
+        guard rewriteDue else { return }
+        let live = inPlace { $0.appCount + $0.taskCount } + history.count
+        if loop.now - lastStateWriteAt < Self.rewriteQuiet, !stateFile.isOverdue(liveRecords: live) {
+            model.schedule(.stateRewrite, at: Instant(nanoseconds: lastStateWriteAt + Self.rewriteQuiet))
             return
         }
-        rewriteDueSince = nil
+        rewriteDue = false
         rewriteState()
     }
 

@@ -55,8 +55,8 @@ public final class Daemon {
     var deferredSuspensions: Set<ProcessIdentity> = []
     /// A failed rewrite (no room for the copy) is not tried again before this.
     var nextRewriteAttempt: Int64 = 0
-    /// Since when the log has been due for a rewrite (`rewriteWhenQuiet`).
-    var rewriteDueSince: Int64?
+    /// Whether the log is due for a rewrite (`rewriteWhenQuiet`).
+    var rewriteDue = false
     /// When the log was last appended to.
     var lastStateWriteAt: Int64 = 0
     var rewriteDelay: Int64 = 0

@@ -288,8 +288,15 @@ final class StateFile {
         guard !pending.isEmpty, let log else { return false }
         try pending.withBytes { bytes in Result { () throws(Errno) in try log.append(bytes) } }.get()
         pending.removeAll(keepingCapacityUpTo: 1 << 20)
-        return linesSinceRewrite > max(4096, 4 * liveRecords)
+        return linesSinceRewrite > Self.rewriteLines(liveRecords)
     }
+
+    /// Whether the log has grown to twice the size at which a rewrite falls due: then it is
+    /// rewritten even while calls go on (`Daemon.rewriteWhenQuiet`).
+    func isOverdue(liveRecords: Int) -> Bool { linesSinceRewrite > 2 * Self.rewriteLines(liveRecords) }
+
+    /// Lines appended since the last rewrite at which the next one falls due.
+    private static func rewriteLines(_ liveRecords: Int) -> Int { max(4096, 4 * liveRecords) }
 
     /// Replaces the file with the whole state, then appends to the new one. If that fails
     /// (no room for the copy), the old log and what is still to be appended to it stay.

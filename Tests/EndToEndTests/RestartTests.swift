@@ -182,6 +182,31 @@ import Varlink
         #expect(after.tasks.first?.hasPrefix("\(kept) ") == true)
     }
 
+    /// Under calls that never pause, a due rewrite waits only until the log has doubled:
+    /// its size is bounded whatever the rate (a flood cannot grow it without end). Due at
+    /// 4,096 lines past the last rewrite here (two task lines a pair), so rewritten by
+    /// some 4,100 pairs.
+    @Test func aLogUnderCallsThatNeverPauseIsRewrittenOnceItDoubles() throws {
+        let daemon = try TestDaemon(["GrantLatencyMinSec=0", "GrantLatencyMaxSec=0"])
+        func inode() -> UInt {
+            var info = stat()
+            return stat(daemon.statePath, &info) == 0 ? UInt(info.st_ino) : 0
+        }
+        let app = try daemon.connect()
+        _ = try app.call("io.bgtaskd.App.BeginTask", ["name": "kept"])
+        try waitUntil("the state file written") { inode() != 0 }
+        let first = inode()
+        var rewrittenAt: Int?
+        for round in 0..<8_000 where rewrittenAt == nil {
+            let id = try app.call("io.bgtaskd.App.BeginTask", ["name": .string("round \(round)")])["taskId"]!.intValue!
+            _ = try app.call("io.bgtaskd.App.EndTask", ["taskId": .int(id)])
+            if inode() != first { rewrittenAt = round }
+        }
+        let at = try #require(rewrittenAt, "not rewritten in 8,000 pairs without a pause")
+        #expect(at <= 4_600, "rewritten after \(at) pairs")
+        #expect(try Listing(daemon).tasks.count == 1)
+    }
+
     @Test func aSecondDaemonOnTheSameStateIsRefusedAndABadFileIsSetAside() throws {
         let daemon = try TestDaemon()
         let second = try Spawned(Binaries.path("bgtaskd"), ["--socket", daemon.directory + "/other"],
