@@ -184,8 +184,8 @@ import Varlink
 
     /// Under calls that never pause, a due rewrite waits only until the log has doubled:
     /// its size is bounded whatever the rate (a flood cannot grow it without end). Due at
-    /// 4,096 lines past the last rewrite here (two task lines a pair), so rewritten by
-    /// some 4,100 pairs.
+    /// some 4,100 lines past the last rewrite here (two task lines a pair), doubled at some
+    /// 4,100 pairs, looked at every 100 ms while calls go on: rewritten well before 6,000.
     @Test func aLogUnderCallsThatNeverPauseIsRewrittenOnceItDoubles() throws {
         let daemon = try TestDaemon(["GrantLatencyMinSec=0", "GrantLatencyMaxSec=0"])
         func inode() -> UInt {
@@ -203,7 +203,7 @@ import Varlink
             if inode() != first { rewrittenAt = round }
         }
         let at = try #require(rewrittenAt, "not rewritten in 8,000 pairs without a pause")
-        #expect(at <= 4_600, "rewritten after \(at) pairs")
+        #expect(at < 6_000, "rewritten after \(at) pairs")
         #expect(try Listing(daemon).tasks.count == 1)
     }
 
