@@ -154,18 +154,26 @@ import Varlink
         #expect(try daemon.tasks(idle.pid).map { $0["id"]!.intValue! } == held)
     }
 
+    /// The state file's inode (0 while there is none): a rewrite makes a new file.
+    static func stateInode(_ daemon: TestDaemon) -> UInt {
+        var info = stat()
+        return stat(daemon.statePath, &info) == 0 ? UInt(info.st_ino) : 0
+    }
+
+    /// The inode once the state file is written.
+    static func writtenStateInode(_ daemon: TestDaemon) throws -> UInt {
+        try waitUntil("the state file written") { stateInode(daemon) != 0 }
+        return stateInode(daemon)
+    }
+
     /// The log grows past its bound (4,096 lines here) and is rewritten once the calls pause,
     /// as a new file (another inode) that a restarted daemon reads whole.
     @Test func aGrownLogIsRewrittenOnceCallsPauseAndStaysWhole() throws {
         var daemon = try TestDaemon(["GrantLatencyMinSec=0", "GrantLatencyMaxSec=0"])
-        func inode() -> UInt {
-            var info = stat()
-            return stat(daemon.statePath, &info) == 0 ? UInt(info.st_ino) : 0
-        }
         let app = try daemon.connect()
         let kept = try app.call("io.bgtaskd.App.BeginTask", ["name": "kept"])["taskId"]!.intValue!
-        try waitUntil("the state file written") { inode() != 0 }
-        let first = inode()
+        let first = try Self.writtenStateInode(daemon)
+        func inode() -> UInt { Self.stateInode(daemon) }
         // Each pair writes two task lines: 2,100 pairs are past 4,096 lines.
         for round in 0..<2_100 {
             let id = try app.call("io.bgtaskd.App.BeginTask", ["name": .string("round \(round)")])["taskId"]!.intValue!
@@ -188,14 +196,10 @@ import Varlink
     /// 4,100 pairs, looked at every 100 ms while calls go on: rewritten well before 6,000.
     @Test func aLogUnderCallsThatNeverPauseIsRewrittenOnceItDoubles() throws {
         let daemon = try TestDaemon(["GrantLatencyMinSec=0", "GrantLatencyMaxSec=0"])
-        func inode() -> UInt {
-            var info = stat()
-            return stat(daemon.statePath, &info) == 0 ? UInt(info.st_ino) : 0
-        }
         let app = try daemon.connect()
         _ = try app.call("io.bgtaskd.App.BeginTask", ["name": "kept"])
-        try waitUntil("the state file written") { inode() != 0 }
-        let first = inode()
+        let first = try Self.writtenStateInode(daemon)
+        func inode() -> UInt { Self.stateInode(daemon) }
         var rewrittenAt: Int?
         for round in 0..<8_000 where rewrittenAt == nil {
             let id = try app.call("io.bgtaskd.App.BeginTask", ["name": .string("round \(round)")])["taskId"]!.intValue!
