@@ -20,7 +20,7 @@ public struct BackgroundModel {
     /// The uid `process` runs for: its app's, or, for a process waiting for its `SIGKILL`,
     /// the uid of the app it was. `nil` if the model does not know the process.
     public func uid(of process: ProcessIdentity) -> UInt32? {
-        if let uid = apps.dictionary.index(forKey: process).map({ apps.dictionary.values[$0].uid }) { return uid }
+        if let uid = apps.read(process, \.uid) { return uid }
         if let termination = terminating[process] { return termination.uid }
         return tasksByOwner[process]?.first.flatMap { tasks[$0]?.uid }
     }

@@ -71,12 +71,11 @@ extension Daemon {
         stateFile.record(quota: model.takeQuotaChanges())
         stateFile.record(requests: model.takeRequestChanges())
         do {
-            let live = inPlace { $0.appCount + $0.taskCount } + history.count
             if !stateFile.isOpen {
                 // This daemon's first file (the whole state): until it exists there is
                 // nothing to append to.
                 try stateFile.rewrite(model.savedState(), history: history.entries)
-            } else if try stateFile.flush(liveRecords: live), loop.now >= nextRewriteAttempt, !rewriteDue {
+            } else if try stateFile.flush(liveRecords: liveRecords), loop.now >= nextRewriteAttempt, !rewriteDue {
                 rewriteDue = true
                 model.schedule(.stateRewrite, at: Instant(nanoseconds: loop.now + Self.rewriteQuiet))
                 armTimer(at: loop.now + Self.rewriteQuiet)
@@ -87,6 +86,10 @@ extension Daemon {
             stateWriteFailed(error)
         }
     }
+
+    /// The records a rewrite would write: apps, tasks and history entries (the log's size
+    /// is measured against it).
+    var liveRecords: Int { inPlace { $0.appCount + $0.taskCount } + history.count }
 
     /// How long the log goes unwritten before a due rewrite is done (`rewriteWhenQuiet`).
     static let rewriteQuiet: Int64 = 100_000_000
@@ -99,8 +102,7 @@ extension Daemon {
     /// the rate of calls, not by a time.
     func rewriteWhenQuiet() {
         guard rewriteDue else { return }
-        let live = inPlace { $0.appCount + $0.taskCount } + history.count
-        if loop.now - lastStateWriteAt < Self.rewriteQuiet, !stateFile.isOverdue(liveRecords: live) {
+        if loop.now - lastStateWriteAt < Self.rewriteQuiet, !stateFile.isOverdue(liveRecords: liveRecords) {
             model.schedule(.stateRewrite, at: Instant(nanoseconds: lastStateWriteAt + Self.rewriteQuiet))
             return
         }
