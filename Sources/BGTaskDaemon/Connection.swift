@@ -198,16 +198,21 @@ final class ListingReply {
     private var prefix: [UInt8]?
     private let count: Int
     private var next = 0
-    private let encode: (Int) -> JSON
+    private let write: (Int, inout [UInt8]) -> Void
 
-    /// `{"parameters":{"<key>":[items...]}}`
-    init(key: String, count: Int, encode: @escaping (Int) -> JSON) {
+    /// `{"parameters":{"<key>":[items...]}}`, item `i` written by `write(i, &output)`.
+    init(key: String, count: Int, write: @escaping (Int, inout [UInt8]) -> Void) {
         var prefix = Array("{\"parameters\":{".utf8)
         JSON.string(key).write(to: &prefix)
         prefix += Array(":[".utf8)
         self.prefix = prefix
         self.count = count
-        self.encode = encode
+        self.write = write
+    }
+
+    /// The same, item `i` being `encode(i)`.
+    convenience init(key: String, count: Int, encode: @escaping (Int) -> JSON) {
+        self.init(key: key, count: count) { index, output in encode(index).write(to: &output) }
     }
 
     /// Appends the next slice; returns true when the reply is complete (NUL included).
@@ -219,7 +224,7 @@ final class ListingReply {
         let end = min(count, next + Self.sliceSize)
         while next < end {
             if next > 0 { output.append(UInt8(ascii: ",")) }
-            encode(next).write(to: &output)
+            write(next, &output)
             next += 1
         }
         guard next == count else { return false }

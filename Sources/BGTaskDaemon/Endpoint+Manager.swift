@@ -23,7 +23,7 @@ extension Daemon {
                 app = try managedApp(target, by: connection, register: false, at: now, effects: &effects)
             }
             let tasks = model.listTasks(of: app, ownedBy: visibleUID(connection), at: now)
-            return .listing(ListingReply(key: "tasks", count: tasks.count) { Wire.task(tasks[$0]) })
+            return .listing(ListingReply(key: "tasks", count: tasks.count) { Wire.writeTask(tasks[$0], to: &$1) })
         case .getStatus:
             _ = try Parameters(call.parameters, allowed: [])
             return .reply(VarlinkReply(parameters: status(for: connection)))

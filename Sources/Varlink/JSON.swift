@@ -53,13 +53,25 @@ extension JSON {
 
     /// Parses exactly one JSON value (surrounding whitespace allowed) from UTF-8 bytes.
     public static func parse(_ bytes: [UInt8]) throws(JSONError) -> JSON {
-        var parser = JSONParser(bytes: bytes)
-        return try parser.parseDocument()
+        let parsed = bytes.withUnsafeBufferPointer { buffer in
+            Result { () throws(JSONError) -> JSON in
+                var parser = JSONParser(bytes: buffer)
+                return try parser.parseDocument()
+            }
+        }
+        return try parsed.get()
     }
 
-    /// Parses a message as the framer hands it over (concrete, so nothing generic runs per call).
+    /// Parses a message as the framer hands it over, in place (a listing's reply is megabytes:
+    /// no copy of it is made).
     public static func parse(_ bytes: ArraySlice<UInt8>) throws(JSONError) -> JSON {
-        try parse(Array(bytes))
+        let parsed = bytes.withUnsafeBufferPointer { buffer in
+            Result { () throws(JSONError) -> JSON in
+                var parser = JSONParser(bytes: buffer)
+                return try parser.parseDocument()
+            }
+        }
+        return try parsed.get()
     }
 
     /// Parses a JSON text given as a string.
@@ -160,12 +172,16 @@ extension JSON {
     }
 }
 
-/// A recursive-descent parser over bytes.
+/// A recursive-descent parser over bytes, read in place.
 struct JSONParser {
-    let bytes: [UInt8]
+    let bytes: UnsafeBufferPointer<UInt8>
     var index = 0
+    /// The members of the objects being parsed, innermost last: each object takes its own
+    /// off the end when it closes, and its dictionary is made at its size once (growing one
+    /// member at a time resized and rehashed it; a listing holds 100,000 of them).
+    var members: [(String, JSON)] = []
 
-    init(bytes: [UInt8]) { self.bytes = bytes }
+    init(bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
 
     mutating func parseDocument() throws(JSONError) -> JSON {
         let value = try parseValue(depth: 0)
@@ -177,7 +193,11 @@ struct JSONParser {
     func fail(_ reason: String) -> JSONError { JSONError(offset: index, reason: reason) }
 
     mutating func skipWhitespace() {
-        while index < bytes.count, [0x20, 0x0A, 0x0D, 0x09].contains(bytes[index]) { index += 1 }
+        while index < bytes.count {
+            let byte = bytes[index]
+            guard byte == 0x20 || byte == 0x0A || byte == 0x0D || byte == 0x09 else { return }
+            index += 1
+        }
     }
 
     mutating func parseValue(depth: Int) throws(JSONError) -> JSON {
@@ -208,9 +228,10 @@ struct JSONParser {
 
     mutating func parseObject(depth: Int) throws(JSONError) -> JSON {
         index += 1
-        var members: [String: JSON] = Dictionary(minimumCapacity: 4)
         skipWhitespace()
-        if index < bytes.count, bytes[index] == UInt8(ascii: "}") { index += 1; return .object(members) }
+        if index < bytes.count, bytes[index] == UInt8(ascii: "}") { index += 1; return .object([:]) }
+        let base = members.count
+        // Thrown out of: the document is refused whole, and the parser is not used again.
         while true {
             skipWhitespace()
             guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw fail("expected a member name") }
@@ -218,13 +239,18 @@ struct JSONParser {
             skipWhitespace()
             guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw fail("expected ':'") }
             index += 1
-            members[key] = try parseValue(depth: depth + 1)
+            members.append((key, try parseValue(depth: depth + 1)))
             skipWhitespace()
             guard index < bytes.count else { throw fail("unexpected end") }
             if bytes[index] == UInt8(ascii: ",") { index += 1; continue }
-            if bytes[index] == UInt8(ascii: "}") { index += 1; return .object(members) }
+            if bytes[index] == UInt8(ascii: "}") { index += 1; break }
             throw fail("expected ',' or '}'")
         }
+        var object = [String: JSON](minimumCapacity: members.count - base)
+        // A member named twice: the last one counts.
+        for (key, value) in members[base...] { object[key] = value }
+        members.removeSubrange(base...)
+        return .object(object)
     }
 
     mutating func parseArray(depth: Int) throws(JSONError) -> JSON {
@@ -254,15 +280,13 @@ struct JSONParser {
         }
         guard index < bytes.count else { throw fail("unterminated string") }
         if bytes[index] == UInt8(ascii: "\"") {
-            let end = index
+            let text = UnsafeBufferPointer(rebasing: bytes[start..<index])
             index += 1
-            let string = bytes.withUnsafeBufferPointer { buffer in
-                let text = UnsafeBufferPointer(rebasing: buffer[start..<end])
-                // ASCII (nearly every string in a call) needs no validation, and the generic
-                // validating initialiser costs a thousand instructions even then.
-                return high < 0x80 ? String(decoding: text, as: UTF8.self) : String(validating: text, as: UTF8.self)
+            // ASCII (nearly every string in a call) needs no validation, and the generic
+            // validating initialiser costs a thousand instructions even then.
+            guard let string = high < 0x80 ? String(decoding: text, as: UTF8.self) : String(validating: text, as: UTF8.self) else {
+                throw JSONError(offset: start, reason: "string is not valid UTF-8")
             }
-            guard let string else { throw JSONError(offset: start, reason: "string is not valid UTF-8") }
             return string
         }
         var raw = Array(bytes[start..<index])
@@ -328,31 +352,39 @@ struct JSONParser {
         return value
     }
 
+    mutating func digits() -> Int {
+        let begin = index
+        while index < bytes.count, (48...57).contains(bytes[index]) { index += 1 }
+        return index - begin
+    }
+
     mutating func parseNumber() throws(JSONError) -> JSON {
         let start = index
         var isInteger = true
-        if bytes[index] == UInt8(ascii: "-") { index += 1 }
-        func digits(_ parser: inout JSONParser) -> Int {
-            let begin = parser.index
-            while parser.index < parser.bytes.count, (48...57).contains(parser.bytes[parser.index]) { parser.index += 1 }
-            return parser.index - begin
-        }
+        let negative = bytes[index] == UInt8(ascii: "-")
+        if negative { index += 1 }
         let intStart = index
-        let intDigits = digits(&self)
+        let intDigits = digits()
         guard intDigits > 0 else { throw fail("expected digits") }
         if intDigits > 1, bytes[intStart] == UInt8(ascii: "0") { throw JSONError(offset: intStart, reason: "leading zero") }
         if index < bytes.count, bytes[index] == UInt8(ascii: ".") {
             isInteger = false
             index += 1
-            guard digits(&self) > 0 else { throw fail("expected digits after '.'") }
+            guard digits() > 0 else { throw fail("expected digits after '.'") }
         }
         if index < bytes.count, bytes[index] == UInt8(ascii: "e") || bytes[index] == UInt8(ascii: "E") {
             isInteger = false
             index += 1
             if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") { index += 1 }
-            guard digits(&self) > 0 else { throw fail("expected exponent digits") }
+            guard digits() > 0 else { throw fail("expected exponent digits") }
         }
-        let text = String(decoding: bytes[start..<index], as: UTF8.self)
+        // Up to 18 digits cannot overflow Int64: summed in place, without making a String.
+        if isInteger, intDigits <= 18 {
+            var magnitude: Int64 = 0
+            for position in intStart..<index { magnitude = magnitude * 10 + Int64(bytes[position] &- 48) }
+            return .int(negative ? -magnitude : magnitude)
+        }
+        let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
         if isInteger, let value = Int64(text) { return .int(value) }
         guard let value = Double(text), value.isFinite else { throw JSONError(offset: start, reason: "number out of range") }
         return .double(value)

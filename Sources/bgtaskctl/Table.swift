@@ -19,19 +19,32 @@ struct Table {
     /// The table; `legend` adds the header and "N things listed."
     func render(legend: Bool, noun: String, plural: String? = nil) -> String {
         let all = legend ? [headers] + rows : rows
+        // Columns are as wide as their widest cell in characters; an ASCII cell (nearly every
+        // one) is as wide as its bytes, counted without walking its grapheme clusters.
+        func width(_ cell: String) -> Int {
+            var cell = cell
+            return cell.withUTF8 { bytes in bytes.allSatisfy { $0 < 0x80 } ? bytes.count : nil } ?? cell.count
+        }
         var widths = [Int](repeating: 0, count: headers.count)
-        for row in all { for (index, cell) in row.enumerated() { widths[index] = max(widths[index], cell.count) } }
-        var out = ""
+        for row in all { for (index, cell) in row.enumerated() { widths[index] = max(widths[index], width(cell)) } }
+        // Written as bytes into one buffer: 100,000 rows of `String` concatenation and
+        // `joined` were a third of `bgtaskctl tasks`' time.
+        var out: [UInt8] = []
+        out.reserveCapacity(all.count * (widths.reduce(0, +) + widths.count))
         for row in all {
-            let cells = row.enumerated().map { index, cell in
-                index == row.count - 1 ? cell : cell + String(repeating: " ", count: widths[index] - cell.count)
+            for (index, cell) in row.enumerated() {
+                if index > 0 { out.append(UInt8(ascii: " ")) }
+                out.append(contentsOf: cell.utf8)
+                if index < row.count - 1 {
+                    out.append(contentsOf: repeatElement(UInt8(ascii: " "), count: widths[index] - width(cell)))
+                }
             }
-            out += cells.joined(separator: " ") + "\n"
+            out.append(UInt8(ascii: "\n"))
         }
         if legend {
-            out += "\n\(rows.count) \(rows.count == 1 ? noun : plural ?? noun + "s") listed.\n"
+            out.append(contentsOf: "\n\(rows.count) \(rows.count == 1 ? noun : plural ?? noun + "s") listed.\n".utf8)
         }
-        return out
+        return String(decoding: out, as: UTF8.self)
     }
 }
 

@@ -84,4 +84,19 @@ import Varlink
             #expect(bytes.bytes(from: 0) + [0] == reply.general.frame)
         }
     }
+
+    /// A listing's task is written without its dictionary, and reads as the general encoding.
+    @Test(arguments: [
+        (TaskState.granted, nil as TaskReason?, Duration.zero, true, "upload"),
+        (.denied, .noBackgroundTime, .milliseconds(1500), false, "a \"quoted\"\n\u{1b}name"),
+        (.expiring, nil, .seconds(86_400 * 3), true, "émoji 😀"),
+        (.pending, nil, .nanoseconds(1), false, ""),
+    ])
+    func aListedTaskIsTheGeneralText(state: TaskState, reason: TaskReason?, age: Duration, handler: Bool, name: String) {
+        let task = TaskSnapshot(id: 123_456, app: ProcessIdentity(pid: 10, startTime: 1), owner: ProcessIdentity(pid: 4_000_000, startTime: 2),
+                                uid: 4_294_967_294, name: name, state: state, reason: reason, age: age, expirationHandler: handler)
+        var out: [UInt8] = Array("[".utf8)
+        Wire.writeTask(task, to: &out)
+        #expect(String(decoding: out.dropFirst(), as: UTF8.self) == Wire.task(task).serialized)
+    }
 }

@@ -9,6 +9,13 @@ import Varlink
         ("\"a\\\"b\\\\c\\/d\\n\"", .string("a\"b\\c/d\n")), ("\"\\u00e9\\ud83d\\ude00\"", .string("é😀")),
         (" [1, \"x\", {\"k\": null}] ", .array([.int(1), .string("x"), .object(["k": .null])])),
         ("9223372036854775807", .int(.max)), ("9223372036854775808", .double(9223372036854775808)),
+        ("-9223372036854775808", .int(.min)), ("999999999999999999", .int(999_999_999_999_999_999)),
+        ("-999999999999999999", .int(-999_999_999_999_999_999)), ("1000000000000000000", .int(1_000_000_000_000_000_000)),
+        ("-0", .int(0)), ("[-7,8e1]", .array([.int(-7), .double(80)])),
+        // A member named twice: the last one counts; objects nested in objects keep their own.
+        ("{\"a\":1,\"b\":{\"a\":2,\"c\":[{\"d\":3}]},\"a\":4}",
+         .object(["a": .int(4), "b": .object(["a": .int(2), "c": .array([.object(["d": .int(3)])])])])),
+        ("[{\"x\":{}},{\"y\":[]},{}]", .array([.object(["x": .object([:])]), .object(["y": .array([])]), .object([:])])),
     ] as [(String, JSON)])
     func parses(text: String, value: JSON) throws {
         #expect(try JSON.parse(text) == value)
@@ -18,6 +25,14 @@ import Varlink
                       "\"\\ud800\"", "\"\\udc00x\"", "{}x", "[1 2]", "\"tab\there\"", "1e", "{1:2}", "NaN"])
     func rejects(text: String) {
         #expect(throws: JSONError.self) { try JSON.parse(text) }
+    }
+
+    /// A message is parsed in place, as the framer hands it over: offsets count from its start.
+    @Test func parsesASliceInPlaceWithOffsetsFromItsStart() throws {
+        let bytes = Array("xx{\"k\":[1,2]}yy{\"k\" 1}".utf8)
+        #expect(try JSON.parse(bytes[2..<13]) == .object(["k": .array([.int(1), .int(2)])]))
+        let error = #expect(throws: JSONError.self) { try JSON.parse(bytes[15...]) }
+        #expect(error?.offset == 5)
     }
 
     @Test func rejectsInvalidUTF8() {
