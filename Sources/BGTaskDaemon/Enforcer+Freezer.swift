@@ -52,15 +52,18 @@ extension Enforcer {
 
     func freeze(_ app: ProcessIdentity, uid: UInt32, command: String, cgroup: Cgroup, at now: Int64) {
         do {
+            // Opened before the write: kernfs reports (`EPOLLPRI`) every change of the file
+            // after its open, so a freeze that completes before the watch is added is still
+            // reported when it is, and nothing need be read now. (A read right after the write
+            // found `frozen 0` nearly always, and with the read of the report it was a fifth of
+            // the daemon's time in a burst of freezes: `perf`.)
+            let events = try cgroup.openEvents()
             try cgroup.setFrozen(true)
             note(app, (.freezer(cgroup), command, uid), at: now)
-            let events = try cgroup.openEvents()
             let source = try group.add(events.rawValue, events: IOEvents.priority) { [unowned self] _ in
                 self.freezerChanged(app)
             }
             freezerWatches[app] = FreezerWatch(events: events, source: source)
-            // Read on the descriptor just opened: one system call, not an open, read and close.
-            if Cgroup.isFrozen(events: try events.readFromStart(upTo: 4096)) { return }
             // The kernel freezes asynchronously: confirmed by cgroup.events, or the bound passes.
             pendingFreezes[app] = PendingFreeze(cgroup: cgroup, command: command, uid: uid)
             schedule(.freeze(app), now + Self.freezeBound)
