@@ -5,6 +5,7 @@
  *   bgtask-bench-app [--cgroup DIR] SOCKET TASKS [subscribe|hold|requests]
  *   bgtask-bench-app --signal SIGNAL PIDFILE
  *   bgtask-bench-app --freeze 0|1 CGROUPFILE
+ *   bgtask-bench-app --freeze-opening 0|1 CGROUPFILE
  *
  * Begins TASKS background tasks (pipelined BeginTask calls, no "more", so they outlive the
  * connection), closes that connection, optionally keeps a Subscribe stream open (and never
@@ -16,7 +17,8 @@
  * --signal is the baseline of the burst benchmarks: it opens a pidfd for every pid in
  * PIDFILE, writes "ready\n", waits for a byte on stdin, then sends SIGNAL through each.
  * --freeze is the freezer bursts' baseline: the same with each cgroup directory of
- * CGROUPFILE's cgroup.freeze, written 1 or 0. With --cgroup the app first moves itself into
+ * CGROUPFILE's cgroup.freeze, written 1 or 0; --freeze-opening opens, writes and closes each
+ * file in the timed loop (what a daemon must do that keeps no descriptor per app). With --cgroup the app first moves itself into
  * DIR (a unit app's cgroup of its own, for the freezer bursts).
  */
 #define _GNU_SOURCE
@@ -83,15 +85,22 @@ static int signal_all(int signal, const char *path) {
     return 0;
 }
 
-/* The freezer baseline: a plain loop of writes to cgroup.freeze files opened beforehand. */
-static int freeze_all(const char *value, const char *path) {
+/* The freezer baseline: a plain loop of writes to cgroup.freeze files opened beforehand, or
+ * (opening) each file opened, written and closed in the loop, as a daemon that cannot keep a
+ * descriptor per app must. */
+static int freeze_all(const char *value, const char *path, int opening) {
     FILE *file = fopen(path, "re");
     if (!file) { perror("fopen"); return 1; }
     static int fds[65536];
+    static char *names[65536];
     static char directory[4096], name[4200];
     int count = 0;
     while (count < 65536 && fscanf(file, "%4095s", directory) == 1) {
         snprintf(name, sizeof(name), "%s/cgroup.freeze", directory);
+        if (opening) {
+            if (!(names[count++] = strdup(name))) { perror("strdup"); return 1; }
+            continue;
+        }
         int fd = open(name, O_WRONLY | O_CLOEXEC);
         if (fd < 0) { perror(name); return 1; }
         fds[count++] = fd;
@@ -101,14 +110,18 @@ static int freeze_all(const char *value, const char *path) {
     char go;
     if (read(0, &go, 1) != 1) return 1;
     for (int i = 0; i < count; i++) {
-        if (write(fds[i], value, 1) != 1) { perror("write cgroup.freeze"); return 1; }
+        int fd = opening ? open(names[i], O_WRONLY | O_CLOEXEC) : fds[i];
+        if (fd < 0) { perror(names[i]); return 1; }
+        if (write(fd, value, 1) != 1) { perror("write cgroup.freeze"); return 1; }
+        if (opening) close(fd);
     }
     return 0;
 }
 
 int main(int argc, char **argv) {
     if (argc == 4 && strcmp(argv[1], "--signal") == 0) return signal_all(atoi(argv[2]), argv[3]);
-    if (argc == 4 && strcmp(argv[1], "--freeze") == 0) return freeze_all(argv[2], argv[3]);
+    if (argc == 4 && strcmp(argv[1], "--freeze") == 0) return freeze_all(argv[2], argv[3], 0);
+    if (argc == 4 && strcmp(argv[1], "--freeze-opening") == 0) return freeze_all(argv[2], argv[3], 1);
     if (argc > 2 && strcmp(argv[1], "--cgroup") == 0) {
         char procs[4200];
         snprintf(procs, sizeof(procs), "%s/cgroup.procs", argv[2]);
@@ -120,7 +133,7 @@ int main(int argc, char **argv) {
     }
     if (argc < 3) {
         fprintf(stderr, "usage: bgtask-bench-app [--cgroup DIR] SOCKET TASKS [subscribe|hold|requests]\n"
-                        "       bgtask-bench-app --signal SIGNAL PIDFILE\n       bgtask-bench-app --freeze 0|1 CGROUPFILE\n");
+                        "       bgtask-bench-app --signal SIGNAL PIDFILE\n       bgtask-bench-app --freeze[-opening] 0|1 CGROUPFILE\n");
         return 2;
     }
     int tasks = atoi(argv[2]);

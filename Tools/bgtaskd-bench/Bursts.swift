@@ -192,8 +192,10 @@ func frames(_ method: String, _ pids: [Int32], _ parameters: [String: JSON]) -> 
     let baselineContinue = Double(baselineContinues.values.max()! - continueLoop.start) / 1e6
 
     // 3. Sent to the background in one burst: idle now, each is suspended at once.
+    let cpuBefore = daemon.child.cpuNanoseconds
     let second = try Pipeline(daemon.socketPath, frames("SetAppState", pids, ["state": "background"]))
     let burstStops = ChildEvents.await(pids)
+    let cpuPerApp = Double(daemon.child.cpuNanoseconds - cpuBefore) / 1e3 / Double(count)
     let resumed = try Pipeline(daemon.socketPath, frames("SetAppState", pids, ["state": "foreground"]))
     let burstContinues = ChildEvents.await(pids, continued: true)
 
@@ -210,10 +212,12 @@ func frames(_ method: String, _ pids: [Int32], _ parameters: [String: JSON]) -> 
         "backgroundMilliseconds": .double(backgroundMs), "foregroundMilliseconds": .double(foregroundMs),
         "deadlinesMilliseconds": .double(deadlineMs), "deadlineSpreadMilliseconds": .double(spreadMs),
         "resumeAfterDeadlinesMilliseconds": .double(resumeMs),
-        "firstWarningsLatenessMilliseconds": firstLateness.json, "errors": .int(Int64(errors)),
+        "firstWarningsLatenessMilliseconds": firstLateness.json, "daemonCPUMicrosecondsPerApp": .double(cpuPerApp),
+        "errors": .int(Int64(errors)),
     ])
     row("burst: \(count) apps backgrounded, last stopped (ms)", format(backgroundMs, 1), "C SIGSTOP loop \(format(baselineStop, 1))",
         check(backgroundMs / baselineStop, "≤", 3, key: "burstBackground"))
+    row("daemon CPU per app backgrounded, until the last stopped (µs)", format(cpuPerApp, 1), "", "")
     row("burst: \(count) apps foregrounded, last continued (ms)", format(foregroundMs, 1), "C SIGCONT loop \(format(baselineContinue, 1))",
         "×\(format(foregroundMs / baselineContinue, 2))")
     row("burst: \(count) deadlines, first due to last stopped (ms)", format(deadlineMs, 1),

@@ -49,8 +49,10 @@ struct FreezerEvents {
 }
 
 /// The freezer baseline: every `cgroup.freeze` opened, then written `1` (or `0`).
-@MainActor func freezeLoop(_ directories: [String], frozen: Bool) throws -> (start: Int64, process: Child) {
-    try baselineLoop(["--freeze", frozen ? "1" : "0"], directories)
+/// `opening`: each file opened, written and closed in the timed loop (the floor for a daemon
+/// that cannot keep a descriptor per app open).
+@MainActor func freezeLoop(_ directories: [String], frozen: Bool, opening: Bool = false) throws -> (start: Int64, process: Child) {
+    try baselineLoop([opening ? "--freeze-opening" : "--freeze", frozen ? "1" : "0"], directories)
 }
 
 @MainActor func freezerBursts(count requested: Int) throws {
@@ -92,8 +94,10 @@ struct FreezerEvents {
     _ = try daemon.manager("GetStatus")
     Thread.sleep(forTimeInterval: 0.5)
 
+    let cpuBefore = daemon.child.cpuNanoseconds
     let background = try Pipeline(daemon.socketPath, frames("SetAppState", pids, ["state": "background"]))
     let frozenAt = try watched.await(frozen: true)
+    let cpuPerApp = Double(daemon.child.cpuNanoseconds - cpuBefore) / 1e3 / Double(count)
     let foreground = try Pipeline(daemon.socketPath, frames("SetAppState", pids, ["state": "foreground"]))
     let thawedAt = try watched.await(frozen: false)
     let freeze = try freezeLoop(directories, frozen: true)
@@ -102,20 +106,32 @@ struct FreezerEvents {
     let thaw = try freezeLoop(directories, frozen: false)
     let baselineThawedAt = try watched.await(frozen: false)
     thaw.process.stop()
+    let opening = try freezeLoop(directories, frozen: true, opening: true)
+    let openingFrozenAt = try watched.await(frozen: true)
+    opening.process.stop()
+    let unfreeze = try freezeLoop(directories, frozen: false)
+    _ = try watched.await(frozen: false)
+    unfreeze.process.stop()
 
     let backgroundMs = Double(frozenAt - background.start) / 1e6
     let foregroundMs = Double(thawedAt - foreground.start) / 1e6
     let baselineFreeze = Double(baselineFrozenAt - freeze.start) / 1e6
     let baselineThaw = Double(baselineThawedAt - thaw.start) / 1e6
+    let openingFreeze = Double(openingFrozenAt - opening.start) / 1e6
     let errors = background.errors + foreground.errors
     if errors > 0 { say("bench: \(errors) SetAppState calls of the freezer bursts failed") }
     results["freezerBursts"] = .object([
         "apps": .int(Int64(count)), "backgroundMilliseconds": .double(backgroundMs),
         "foregroundMilliseconds": .double(foregroundMs), "baselineFreezeMilliseconds": .double(baselineFreeze),
-        "baselineThawMilliseconds": .double(baselineThaw), "errors": .int(Int64(errors)),
+        "baselineThawMilliseconds": .double(baselineThaw), "openingLoopFreezeMilliseconds": .double(openingFreeze),
+        "daemonCPUMicrosecondsPerApp": .double(cpuPerApp),
+        "errors": .int(Int64(errors)),
     ])
     row("burst, freezer: \(count) unit apps backgrounded, last frozen (ms)", format(backgroundMs, 1),
         "C cgroup.freeze loop \(format(baselineFreeze, 1))", check(backgroundMs / baselineFreeze, "≤", 3, key: "burstBackgroundFreezer"))
+    row("daemon CPU per app frozen, until the last frozen (µs)", format(cpuPerApp, 1), "", "")
+    row("the same frozen by a C loop opening, writing, closing each cgroup.freeze (ms)", format(openingFreeze, 1),
+        "C cgroup.freeze loop \(format(baselineFreeze, 1))", "×\(format(openingFreeze / baselineFreeze, 2)): the floor of opening")
     row("burst, freezer: \(count) unit apps foregrounded, last thawed (ms)", format(foregroundMs, 1),
         "C cgroup.freeze loop \(format(baselineThaw, 1))", "×\(format(foregroundMs / baselineThaw, 2))")
 }

@@ -119,6 +119,16 @@ final class Child {
     var contextSwitches: Int { (status("voluntary_ctxt_switches:") + status("nonvoluntary_ctxt_switches:")) / 1024 }
 
     /// User plus system CPU time in clock ticks (`/proc/PID/stat` fields 14 and 15).
+    /// Nanoseconds its threads have run on a CPU (`/proc/PID/task/*/schedstat`, exact where
+    /// `cpuTicks` counts 10 ms ticks): what a burst cost the daemon, whatever else ran.
+    var cpuNanoseconds: Int64 {
+        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+        return tasks.reduce(0) { total, task in
+            let text = (try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/schedstat", encoding: .utf8)) ?? ""
+            return total + (text.split(separator: " ").first.flatMap { Int64($0) } ?? 0)
+        }
+    }
+
     var cpuTicks: Int {
         let text = (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)) ?? ""
         guard let close = text.lastIndex(of: ")") else { return 0 }
