@@ -33,17 +33,17 @@ extension Daemon {
                 if !monitors.isEmpty {
                     var monitored = parameters
                     monitored["pid"] = .int(Int64(app.pid))
-                    broadcast(monitored, uid: uid)
+                    broadcast(uid: uid) { VarlinkReply(parameters: monitored, continues: true).frame }
                 }
             case let .taskChanged(task):
                 if task.state != .pending, let id = taskStreams[task.id], let connection = connections[id] {
                     let ended = !task.state.isActive
                     if ended { taskStreams[task.id] = nil }
-                    send(VarlinkReply(parameters: Wire.taskState(task), continues: !ended), to: connection)
+                    send(HotReply.task(task, continues: !ended), to: connection)
                     if ended, !connection.isClosed { endStream(of: connection) }
                 }
                 if !monitors.isEmpty {
-                    broadcast(["event": .string("taskChanged"), "task": Wire.task(task)], uid: task.uid)
+                    broadcast(uid: task.uid) { Wire.monitorFrame(task) }
                 }
             case let .act(record, signal):
                 writeOnce()
@@ -57,7 +57,7 @@ extension Daemon {
                 history.append(entry)
                 stateFile.record(entry)
                 if !monitors.isEmpty {
-                    broadcast(["event": .string(record.action.rawValue), "entry": Wire.historyEntry(entry)], uid: record.uid)
+                    broadcast(uid: record.uid) { Wire.monitorFrame(entry) }
                 }
             case let .kill(process, uid):
                 writeOnce()
@@ -83,12 +83,13 @@ extension Daemon {
 
     /// Sends a monitor event to every monitor allowed to see an app of `uid`. Every event
     /// names its owner: there is no event for everyone.
-    func broadcast(_ parameters: [String: JSON], uid: UInt32) {
+    /// `frame` is made once, when the first monitor allowed to see it is found.
+    func broadcast(uid: UInt32, _ makeFrame: () -> [UInt8]) {
         guard !monitors.isEmpty else { return }
         var frame: [UInt8]?
         for id in monitors {
             guard let connection = connections[id], mayManage(connection, appUID: uid) else { continue }
-            if frame == nil { frame = VarlinkReply(parameters: parameters, continues: true).frame }
+            if frame == nil { frame = makeFrame() }
             send(shared: frame!, to: connection)
         }
     }

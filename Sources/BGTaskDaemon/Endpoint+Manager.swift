@@ -30,7 +30,7 @@ extension Daemon {
         case .getHistory:
             _ = try Parameters(call.parameters, allowed: [])
             let entries = history.entries(ownedBy: visibleUID(connection))
-            return .listing(ListingReply(key: "entries", count: entries.count) { Wire.historyEntry(entries[$0]) })
+            return .listing(ListingReply(key: "entries", count: entries.count) { Wire.writeHistoryEntry(entries[$0], to: &$1) })
         case .monitor:
             _ = try Parameters(call.parameters, allowed: [])
             guard call.more else { throw VarlinkError.expectedMore }

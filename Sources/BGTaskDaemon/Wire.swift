@@ -117,6 +117,51 @@ enum Wire {
         return .object(object)
     }
 
+    /// Appends `historyEntry(_:)`'s text, keys sorted, without building it (every action is
+    /// one, for `GetHistory` and for each monitor); checked against it in debug builds.
+    static func writeHistoryEntry(_ entry: HistoryEntry, to out: inout [UInt8]) {
+        let start = out.count
+        let record = entry.record
+        func raw(_ text: StaticString) { out.append(contentsOf: UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount)) }
+        raw("{\"action\":"); JSON.writeString(record.action.rawValue, to: &out)
+        raw(",\"command\":"); JSON.writeString(record.command, to: &out)
+        raw(",\"detail\":"); if let detail = record.detail { JSON.writeString(detail, to: &out) } else { raw("null") }
+        raw(",\"pid\":"); JSON.writeInteger(Int64(record.app.pid), to: &out)
+        raw(",\"reason\":"); JSON.writeString(record.reason.rawValue, to: &out)
+        raw(",\"tasks\":[")
+        for (index, name) in record.taskNames.enumerated() {
+            if index > 0 { raw(",") }
+            JSON.writeString(name, to: &out)
+        }
+        raw("],\"time\":"); JSON.writeString(Host.rfc3339(entry.realtimeNanoseconds), to: &out)
+        raw(",\"uid\":"); JSON.writeInteger(Int64(record.uid), to: &out)
+        raw("}")
+        assert(Array(out[start...]) == Array(Wire.historyEntry(entry).serialized.utf8), "Wire.writeHistoryEntry differs from Wire.historyEntry")
+    }
+
+    /// A monitor's event frame (NUL included) for a task's change, or an action's history
+    /// entry: `{"continues":true,"parameters":{"event":…,"task"|"entry":…}}`, written
+    /// directly (a burst sends one or two per app); checked against the general reply in
+    /// debug builds.
+    static func monitorFrame(_ task: TaskSnapshot) -> [UInt8] {
+        var out = Array(#"{"continues":true,"parameters":{"event":"taskChanged","task":"#.utf8)
+        writeTask(task, to: &out)
+        out += [UInt8(ascii: "}"), UInt8(ascii: "}"), 0]
+        assert(out == VarlinkReply(parameters: ["event": .string("taskChanged"), "task": Wire.task(task)], continues: true).frame)
+        return out
+    }
+
+    static func monitorFrame(_ entry: HistoryEntry) -> [UInt8] {
+        var out = Array(#"{"continues":true,"parameters":{"entry":"#.utf8)
+        writeHistoryEntry(entry, to: &out)
+        out += Array(#","event":"#.utf8)
+        JSON.writeString(entry.record.action.rawValue, to: &out)
+        out += [UInt8(ascii: "}"), UInt8(ascii: "}"), 0]
+        assert(out == VarlinkReply(parameters: ["event": .string(entry.record.action.rawValue), "entry": Wire.historyEntry(entry)],
+                                   continues: true).frame)
+        return out
+    }
+
     static func historyEntry(_ entry: HistoryEntry) -> JSON {
         let record = entry.record
         return .object([

@@ -99,4 +99,25 @@ import Varlink
         Wire.writeTask(task, to: &out)
         #expect(String(decoding: out.dropFirst(), as: UTF8.self) == Wire.task(task).serialized)
     }
+
+    /// A history entry and the monitor's events are written directly, and read as the
+    /// general encoding: the reply a monitor would have been sent before.
+    @Test func historyAndMonitorFramesAreTheGeneralText() {
+        let task = TaskSnapshot(id: 7, app: ProcessIdentity(pid: 10, startTime: 1), owner: ProcessIdentity(pid: 11, startTime: 2),
+                                uid: 1000, name: "sync \"all\"", state: .expiring, reason: nil, age: .milliseconds(2500),
+                                expirationHandler: true)
+        #expect(Wire.monitorFrame(task) == VarlinkReply(parameters: ["event": "taskChanged", "task": Wire.task(task)], continues: true).frame)
+        for (names, detail) in [([], nil), (["upload", "a\u{1b}[2Jb"], "SIGKILL after 2s"), (["é"], "")] as [([String], String?)] {
+            for action in [AppAction.suspended, .resumed, .terminated] {
+                let record = AppActionRecord(app: ProcessIdentity(pid: 42, startTime: 3), uid: 65534, command: "foot\tx",
+                                             action: action, reason: .assertionsBeyondPermittedTime, taskNames: names, detail: detail)
+                let entry = HistoryEntry(realtimeNanoseconds: 1_796_000_000_123_456_789, record: record)
+                var out: [UInt8] = []
+                Wire.writeHistoryEntry(entry, to: &out)
+                #expect(out == Array(Wire.historyEntry(entry).serialized.utf8))
+                #expect(Wire.monitorFrame(entry) == VarlinkReply(parameters: ["event": .string(action.rawValue), "entry": Wire.historyEntry(entry)],
+                                                                 continues: true).frame)
+            }
+        }
+    }
 }
