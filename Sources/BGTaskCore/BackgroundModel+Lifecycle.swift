@@ -10,14 +10,15 @@ extension BackgroundModel {
                                   effects: inout [Effect]) throws(BGTaskError) -> AppSnapshot {
         guard apps.contains(app) else { throw .noSuchApp(app.pid) }
         let cause = manager.map { manager in " (by \(manager)\(reason.map { ": \($0)" } ?? ""))" } ?? ""
-        if state == .background || state == .foreground, let manager { apps[app]!.manager = manager }
+        if state == .background || state == .foreground, let manager { apps.update(app) { $0.manager = manager } }
         switch state {
         case .background: enterBackground(app, cause: cause, at: now, effects: &effects)
         case .foreground: enterForeground(app, cause: cause, at: now, effects: &effects)
         case .suspended, .terminated:
             throw .invalidParameter("state must be foreground or background, not \(state.rawValue)")
         }
-        return snapshot(apps[app]!, at: now)
+        let record = apps[app]!
+        return snapshot(record, at: now)
     }
 
     /// `Expire` (DESIGN.md §2c), the hook iOS developers get from the debugger: a background

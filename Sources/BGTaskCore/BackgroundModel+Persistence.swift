@@ -155,13 +155,24 @@ extension BackgroundModel {
     /// What changed since the last call: the daemon writes these before it carries out the
     /// effects, so what is on disk is never behind what was done to a process.
     public mutating func takeChanges() -> (processes: [SavedProcessChange], tasks: [SavedTaskChange]) {
-        let processes = apps.changedKeys.map { identity -> SavedProcessChange in
-            if let app = apps[identity] { return .app(saved(app)) }
-            if let termination = terminating[identity] { return .terminating(identity, termination) }
-            return .gone(identity)
+        // Plain loops over records read where they lie: closures over `self` here were handed
+        // a copy of the whole model, and the getter a copy of each record (callgrind: ~5,000
+        // instructions per app backgrounded).
+        var processes: [SavedProcessChange] = []
+        processes.reserveCapacity(apps.changedKeys.count)
+        for identity in apps.changedKeys {
+            if let app = apps.read(identity, Self.saved) {
+                processes.append(.app(app))
+            } else if let termination = terminating[identity] {
+                processes.append(.terminating(identity, termination))
+            } else {
+                processes.append(.gone(identity))
+            }
         }
-        let tasks = self.tasks.changedKeys.map { id -> SavedTaskChange in
-            self.tasks[id].map { .task(saved($0)) } ?? .gone(id)
+        var tasks: [SavedTaskChange] = []
+        tasks.reserveCapacity(self.tasks.changedKeys.count)
+        for id in self.tasks.changedKeys {
+            tasks.append(self.tasks.read(id, Self.saved).map { .task($0) } ?? .gone(id))
         }
         apps.clearChanges()
         self.tasks.clearChanges()
@@ -171,8 +182,8 @@ extension BackgroundModel {
     /// Everything, for rewriting the state file from scratch.
     public func savedState() -> SavedState {
         var state = SavedState()
-        for app in apps.values { state.apps[app.identity] = saved(app) }
-        for task in tasks.values { state.tasks[task.id] = saved(task) }
+        for app in apps.values { state.apps[app.identity] = Self.saved(app) }
+        for task in tasks.values { state.tasks[task.id] = Self.saved(task) }
         state.terminating = terminating
         state.quota = quotaUsage
         state.requests = requestBook
@@ -180,7 +191,7 @@ extension BackgroundModel {
         return state
     }
 
-    func saved(_ app: AppRecord) -> SavedApp {
+    static func saved(_ app: AppRecord) -> SavedApp {
         var saved = SavedApp(identity: app.identity, uid: app.uid, command: app.command, unit: app.unit,
                              containment: app.containment, state: app.state, phase: app.phase,
                              deadline: app.deadline, transitionDeadline: app.transitionDeadline, warned: app.warned)
@@ -190,7 +201,7 @@ extension BackgroundModel {
         return saved
     }
 
-    func saved(_ task: TaskRecord) -> SavedTask {
+    static func saved(_ task: TaskRecord) -> SavedTask {
         SavedTask(id: task.id, app: task.app, owner: task.owner, name: task.name, expirationHandler: task.expirationHandler,
                   connectionBound: task.connection != nil, created: task.created, state: task.state,
                   grantAt: task.grantAt, ageWarned: task.ageWarned)

@@ -140,7 +140,7 @@ extension BackgroundModel {
         guard apps[app] != nil, requestKeyOfApp[app] != key else { return }
         requestKeyOfApp[app] = key
         appOfRequestKey[key] = app
-        apps[app]?.requestKey = key
+        apps.update(app) { $0.requestKey = key }
         if var book = requestBook[key] {
             book.lastSeen = now
             setBook(book, of: key)
@@ -286,7 +286,7 @@ extension BackgroundModel {
         }
         guard idle.count >= Self.maximumIdleKeysPerUser,
               let idlest = idle.min(by: { ($0.1, $0.0) < ($1.1, $1.0) })?.0 else { return }
-        if let app = appOfRequestKey.removeValue(forKey: idlest) { requestKeyOfApp[app] = nil; apps[app]?.requestKey = nil }
+        if let app = appOfRequestKey.removeValue(forKey: idlest) { requestKeyOfApp[app] = nil; apps.update(app) { $0.requestKey = nil } }
         setBook(nil, of: idlest)
     }
 

@@ -51,10 +51,10 @@ extension BackgroundModel {
     /// its pending tasks denied; otherwise it keeps running. Outside a transition, nothing.
     public mutating func finishTransition(of app: ProcessIdentity, at now: Instant, effects: inout [Effect]) {
         guard let record = apps[app], record.state == .background, record.phase == .transition else { return }
-        apps[app]?.transitionDeadline = nil
+        apps.update(app) { $0.transitionDeadline = nil }
         let holdsAssertion = record.taskIDs.contains { tasks[$0]?.state.isAssertion == true }
         if holdsAssertion || record.policy?.exempt == true {  // an exempt app is not suspended
-            apps[app]?.phase = record.warned ? .expiring : .running
+            apps.update(app) { $0.phase = record.warned ? .expiring : .running }
         } else {
             suspend(app, reason: .transitionFinished, at: now, effects: &effects)
         }

@@ -65,7 +65,7 @@ extension BackgroundModel {
     public mutating func finishWake(of app: ProcessIdentity, at now: Instant, effects: inout [Effect]) {
         guard let record = apps[app], record.state == .background, record.phase == .woken else { return }
         if record.taskIDs.contains(where: { tasks[$0]?.state.isAssertion == true }) {
-            apps[app]?.phase = record.warned ? .expiring : .running
+            apps.update(app) { $0.phase = record.warned ? .expiring : .running }
             settleQuota(app, at: now)
         } else {
             suspend(app, reason: .wakeFinished, at: now, effects: &effects)

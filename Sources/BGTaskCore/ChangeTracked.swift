@@ -10,6 +10,12 @@ struct ChangeTracked<Key: Hashable, Value> {
 
     subscript(key: Key) -> Value? {
         get { dictionary[key] }
+        // Assigning a whole value (`apps[id] = record`): the dictionary's own setter; `_modify`
+        // moved the old value out and back before it was replaced (callgrind).
+        set {
+            changed.insert(key)
+            dictionary[key] = newValue
+        }
         _modify {
             changed.insert(key)
             yield &dictionary[key]

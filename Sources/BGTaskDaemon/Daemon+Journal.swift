@@ -15,6 +15,8 @@ extension Daemon {
     func log(_ entry: LogEntry) {
         if entry.priority == .debug, !logDebug { return }
         if let uid = entry.uid, uid != 0, !allowLog(uid: uid) { return }
+        // The structured fields go to the journal only: on stderr a record is its message.
+        guard Journal.toJournal else { return Journal.log(priority: entry.priority.rawValue, message: entry.message.cEscaped) }
         var fields: [(String, String)] = [("BGTASKD_EVENT", entry.kind.rawValue),
                                           ("MESSAGE_ID", entry.kind.messageID)]
         if let app = entry.app { fields.append(("BGTASKD_PID", String(app.pid))) }

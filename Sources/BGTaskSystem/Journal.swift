@@ -66,8 +66,19 @@ public enum Journal {
         let records = held
         held.removeAll(keepingCapacity: true)
         guard toJournal else {
+            // Written as bytes, not an interpolated string per record (a burst logs two a app).
             var bytes: [UInt8] = []
-            for record in records { bytes += "<\(record.priority)>\(record.message)\n".utf8 }
+            for record in records {
+                bytes.append(UInt8(ascii: "<"))
+                if (0...9).contains(record.priority) {
+                    bytes.append(UInt8(ascii: "0") + UInt8(record.priority))
+                } else {
+                    bytes += String(record.priority).utf8
+                }
+                bytes.append(UInt8(ascii: ">"))
+                bytes += record.message.utf8
+                bytes.append(UInt8(ascii: "\n"))
+            }
             var offset = 0
             while offset < bytes.count {
                 let written = bytes[offset...].withUnsafeBytes { Glibc.write(2, $0.baseAddress, $0.count) }
