@@ -31,6 +31,8 @@ final class Connection {
     var listing: ListingReply?
     /// The caller as resolved at its first `io.bgtaskd.App` call.
     var caller: ProcessDescription?
+    /// The caller as `SetAppState` names it (`Daemon.managerName`), once made.
+    var managerName: String?
     /// The app the caller's calls are about, once known (`Daemon.connectionsByApp`).
     var app: ProcessIdentity?
     /// What waits to be written, in order: this connection's own buffers, and event bytes

@@ -54,8 +54,12 @@ extension Daemon {
     }
 
     /// The caller as `SetAppState` records it: its command and pid, `bgtask-session[812]`.
+    /// Made once per connection: a lock's 200 calls come down one.
     func managerName(of connection: Connection) -> String {
+        if let known = connection.managerName { return known }
         guard let caller = try? caller(of: connection) else { return "pid \(connection.credentials.pid)" }
-        return "\(caller.command)[\(caller.identity.pid)]"  // escaped where printed: the log, a table
+        let name = "\(caller.command)[\(caller.identity.pid)]"  // escaped where printed: the log, a table
+        connection.managerName = name
+        return name
     }
 }
