@@ -204,9 +204,11 @@ extension BackgroundModel {
             tasks[id] = task
             expiring.append(id)
             effects.append(.taskChanged(snapshot(task, at: now)))
-            let handler = task.expirationHandler ? "" : "; it has no expiration handler"
+            var text = "expires in "
+            text += ConfigurationValue.formatTimeSpan(left)
+            if !task.expirationHandler { text += "; it has no expiration handler" }
             effects.append(.log(.task(.taskWarned, task.expirationHandler ? .info : .warning, id, name: task.name, app: app, uid: task.uid,
-                                      command: record.command, "expires in \(ConfigurationValue.formatTimeSpan(left))\(handler)")))
+                                      command: record.command, text)))
         }
         if !expiring.isEmpty {
             effects.append(.lifecycle(app, uid: record.uid, .taskExpiring(expiring, backgroundTimeRemaining: left)))
@@ -247,7 +249,7 @@ extension BackgroundModel {
         }
         effects.append(.act(AppActionRecord(app: app, uid: record.uid, command: record.command, unit: record.unit,
                                             action: .suspended, reason: reason, taskNames: []), signal: nil))
-        effects.append(.log(.app(.appSuspended, .notice, app, uid: record.uid, command: record.command, "suspended: \(reason.rawValue)",
+        effects.append(.log(.app(.appSuspended, .notice, app, uid: record.uid, command: record.command, "suspended: " + reason.rawValue,
                                  reason: reason)))
         settleQuota(app, at: now)
     }

@@ -15,6 +15,16 @@ import TestSupport
         #expect(!stat.isKernelThread)
         #expect(ProcStat.parse(Array("garbage".utf8)) == nil)
         #expect(try ProcStat.read(pid: 2).isKernelThread)  // kthreadd
+        // Nothing wanted may be missing or malformed; the text may end without its newline.
+        let fields = text.split(separator: " ", omittingEmptySubsequences: false)
+        #expect(ProcStat.parse(Array(fields.prefix(23).joined(separator: " ").utf8)) == nil)  // starttime missing
+        #expect(try #require(ProcStat.parse(Array(fields.prefix(24).joined(separator: " ").utf8))).startTime == 987_654)
+        #expect(ProcStat.parse(Array(text.replacing(") S 1 ", with: ") SS 1 ").utf8)) == nil)
+        #expect(ProcStat.parse(Array(text.replacing(") S 1 ", with: ") S x ").utf8)) == nil)
+        #expect(ProcStat.parse(Array(text.replacing("1234 (", with: " (").utf8)) == nil)
+        #expect(ProcStat.parse(Array(text.replacing("987654", with: "99999999999999999999999").utf8)) == nil)
+        let own = try ProcStat.read(pid: getpid())
+        #expect(own.pid == getpid() && own.parentPID == getppid() && !own.command.isEmpty)
     }
 
     @Test func pidfdSignalsStopAndContinueTheChild() throws {
