@@ -39,17 +39,16 @@ enum Wire {
     /// which the tests run, check every one against the general encoding.
     static func writeTask(_ task: TaskSnapshot, to out: inout [UInt8]) {
         let start = out.count
-        func raw(_ text: StaticString) { out.append(contentsOf: UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount)) }
-        raw("{\"age\":"); seconds(task.age).write(to: &out)
-        raw(",\"appPid\":"); JSON.writeInteger(Int64(task.app.pid), to: &out)
-        raw(task.expirationHandler ? ",\"expirationHandler\":true,\"id\":" : ",\"expirationHandler\":false,\"id\":")
+        out.appendRaw("{\"age\":"); seconds(task.age).write(to: &out)
+        out.appendRaw(",\"appPid\":"); JSON.writeInteger(Int64(task.app.pid), to: &out)
+        out.appendRaw(task.expirationHandler ? ",\"expirationHandler\":true,\"id\":" : ",\"expirationHandler\":false,\"id\":")
         JSON.writeInteger(Int64(task.id), to: &out)
-        raw(",\"name\":"); JSON.writeString(task.name, to: &out)
-        raw(",\"pid\":"); JSON.writeInteger(Int64(task.owner.pid), to: &out)
-        if let reason = task.reason { raw(",\"reason\":"); JSON.writeString(reason.rawValue, to: &out) }
-        raw(",\"state\":"); JSON.writeString(task.state.rawValue, to: &out)
-        raw(",\"uid\":"); JSON.writeInteger(Int64(task.uid), to: &out)
-        raw("}")
+        out.appendRaw(",\"name\":"); JSON.writeString(task.name, to: &out)
+        out.appendRaw(",\"pid\":"); JSON.writeInteger(Int64(task.owner.pid), to: &out)
+        if let reason = task.reason { out.appendRaw(",\"reason\":"); JSON.writeString(reason.rawValue, to: &out) }
+        out.appendRaw(",\"state\":"); JSON.writeString(task.state.rawValue, to: &out)
+        out.appendRaw(",\"uid\":"); JSON.writeInteger(Int64(task.uid), to: &out)
+        out.appendRaw("}")
         assert(Array(out[start...]) == Array(Wire.task(task).serialized.utf8), "Wire.writeTask differs from Wire.task")
     }
 
@@ -122,20 +121,19 @@ enum Wire {
     static func writeHistoryEntry(_ entry: HistoryEntry, to out: inout [UInt8]) {
         let start = out.count
         let record = entry.record
-        func raw(_ text: StaticString) { out.append(contentsOf: UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount)) }
-        raw("{\"action\":"); JSON.writeString(record.action.rawValue, to: &out)
-        raw(",\"command\":"); JSON.writeString(record.command, to: &out)
-        raw(",\"detail\":"); if let detail = record.detail { JSON.writeString(detail, to: &out) } else { raw("null") }
-        raw(",\"pid\":"); JSON.writeInteger(Int64(record.app.pid), to: &out)
-        raw(",\"reason\":"); JSON.writeString(record.reason.rawValue, to: &out)
-        raw(",\"tasks\":[")
+        out.appendRaw("{\"action\":"); JSON.writeString(record.action.rawValue, to: &out)
+        out.appendRaw(",\"command\":"); JSON.writeString(record.command, to: &out)
+        out.appendRaw(",\"detail\":"); if let detail = record.detail { JSON.writeString(detail, to: &out) } else { out.appendRaw("null") }
+        out.appendRaw(",\"pid\":"); JSON.writeInteger(Int64(record.app.pid), to: &out)
+        out.appendRaw(",\"reason\":"); JSON.writeString(record.reason.rawValue, to: &out)
+        out.appendRaw(",\"tasks\":[")
         for (index, name) in record.taskNames.enumerated() {
-            if index > 0 { raw(",") }
+            if index > 0 { out.appendRaw(",") }
             JSON.writeString(name, to: &out)
         }
-        raw("],\"time\":"); JSON.writeString(Host.rfc3339(entry.realtimeNanoseconds), to: &out)
-        raw(",\"uid\":"); JSON.writeInteger(Int64(record.uid), to: &out)
-        raw("}")
+        out.appendRaw("],\"time\":"); JSON.writeString(Host.rfc3339(entry.realtimeNanoseconds), to: &out)
+        out.appendRaw(",\"uid\":"); JSON.writeInteger(Int64(record.uid), to: &out)
+        out.appendRaw("}")
         assert(Array(out[start...]) == Array(Wire.historyEntry(entry).serialized.utf8), "Wire.writeHistoryEntry differs from Wire.historyEntry")
     }
 
@@ -294,5 +292,12 @@ extension WakeReason {
         guard let value, !value.isNull else { return nil }
         guard case .object = value else { throw VarlinkError.invalidParameter("payload") }
         return try validate(payload: value.serialized)
+    }
+}
+
+extension Array where Element == UInt8 {
+    /// Appends a literal's bytes as they are (JSON punctuation and keys written directly).
+    mutating func appendRaw(_ text: StaticString) {
+        append(contentsOf: UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
     }
 }
