@@ -6,6 +6,7 @@
  *   bgtask-bench-app --signal SIGNAL PIDFILE
  *   bgtask-bench-app --freeze 0|1 CGROUPFILE
  *   bgtask-bench-app --freeze-opening 0|1 CGROUPFILE
+ *   bgtask-bench-app --deadline-floor SOCKET COUNT
  *
  * Begins TASKS background tasks (pipelined BeginTask calls, no "more", so they outlive the
  * connection), closes that connection, optionally keeps a Subscribe stream open (and never
@@ -20,6 +21,13 @@
  * CGROUPFILE's cgroup.freeze, written 1 or 0; --freeze-opening opens, writes and closes each
  * file in the timed loop (what a daemon must do that keeps no descriptor per app). With --cgroup the app first moves itself into
  * DIR (a unit app's cgroup of its own, for the freezer bursts).
+ *
+ * --deadline-floor is the deadline burst's floor: a daemon that costs nothing but its system
+ * calls. It listens on SOCKET, answers the held BeginTask of COUNT "hold" apps, takes each
+ * one's pidfd (SO_PEERPIDFD), writes "ready\n", waits for a byte on stdin, then does what
+ * the daemon must when their deadlines fall together: writes each stream its "expiring"
+ * event, and as each app ends its task (closes the stream) closes its end and stops the app
+ * through its pidfd.
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -28,6 +36,7 @@
 #include <poll.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
@@ -118,10 +127,68 @@ static int freeze_all(const char *value, const char *path, int opening) {
     return 0;
 }
 
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77
+#endif
+
+static int deadline_floor(const char *path, int count) {
+    static int sockets[32768], pidfds[32768];
+    if (count < 1 || count > 32768) return 2;
+    int listener = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un address = {.sun_family = AF_UNIX};
+    if (listener < 0 || strlen(path) >= sizeof(address.sun_path)) return 1;
+    strcpy(address.sun_path, path);
+    unlink(path);
+    if (bind(listener, (struct sockaddr *)&address, sizeof(address)) < 0 || listen(listener, 4096) < 0) {
+        perror("listen");
+        return 1;
+    }
+    static const char granted[] = "{\"continues\":true,\"parameters\":{\"state\":\"running\",\"taskId\":1}}";
+    for (int i = 0; i < count;) {
+        int fd = accept4(listener, NULL, NULL, SOCK_CLOEXEC);
+        if (fd < 0) { perror("accept"); return 1; }
+        char buffer[4096];
+        ssize_t n;
+        while ((n = read(fd, buffer, sizeof(buffer))) > 0 && !memchr(buffer, 0, (size_t)n)) {}
+        if (n == 0) { close(fd); continue; }  /* an app's first connection, for its TASKS (0) tasks */
+        socklen_t length = sizeof(int);
+        if (n < 0 || getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfds[i], &length) < 0 ||
+            write_all(fd, granted, sizeof(granted)) < 0) {
+            perror("the held BeginTask");
+            return 1;
+        }
+        sockets[i++] = fd;
+    }
+    int epoll = epoll_create1(EPOLL_CLOEXEC);
+    for (int i = 0; i < count; i++) {
+        struct epoll_event event = {.events = EPOLLIN, .data.u32 = (uint32_t)i};
+        if (epoll_ctl(epoll, EPOLL_CTL_ADD, sockets[i], &event) < 0) { perror("epoll_ctl"); return 1; }
+    }
+    write_all(1, "ready\n", 6);
+    char go;
+    if (read(0, &go, 1) != 1) return 1;
+    static const char expiring[] = "{\"continues\":true,\"parameters\":{\"state\":\"expiring\",\"taskId\":1}}";
+    for (int i = 0; i < count; i++) write_all(sockets[i], expiring, sizeof(expiring));
+    static struct epoll_event ready[1024];
+    for (int stopped = 0; stopped < count;) {
+        int n = epoll_wait(epoll, ready, 1024, -1);
+        for (int k = 0; k < n; k++) {
+            int i = (int)ready[k].data.u32;
+            char buffer[256];
+            if (read(sockets[i], buffer, sizeof(buffer)) > 0) continue;  /* not the end yet */
+            close(sockets[i]);  /* leaves the epoll set with its last reference */
+            syscall(SYS_pidfd_send_signal, pidfds[i], SIGSTOP, NULL, 0);
+            stopped++;
+        }
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc == 4 && strcmp(argv[1], "--signal") == 0) return signal_all(atoi(argv[2]), argv[3]);
     if (argc == 4 && strcmp(argv[1], "--freeze") == 0) return freeze_all(argv[2], argv[3], 0);
     if (argc == 4 && strcmp(argv[1], "--freeze-opening") == 0) return freeze_all(argv[2], argv[3], 1);
+    if (argc == 4 && strcmp(argv[1], "--deadline-floor") == 0) return deadline_floor(argv[2], atoi(argv[3]));
     if (argc > 2 && strcmp(argv[1], "--cgroup") == 0) {
         char procs[4200];
         snprintf(procs, sizeof(procs), "%s/cgroup.procs", argv[2]);
@@ -133,7 +200,8 @@ int main(int argc, char **argv) {
     }
     if (argc < 3) {
         fprintf(stderr, "usage: bgtask-bench-app [--cgroup DIR] SOCKET TASKS [subscribe|hold|requests]\n"
-                        "       bgtask-bench-app --signal SIGNAL PIDFILE\n       bgtask-bench-app --freeze[-opening] 0|1 CGROUPFILE\n");
+                        "       bgtask-bench-app --signal SIGNAL PIDFILE\n       bgtask-bench-app --freeze[-opening] 0|1 CGROUPFILE\n"
+                        "       bgtask-bench-app --deadline-floor SOCKET COUNT\n");
         return 2;
     }
     int tasks = atoi(argv[2]);

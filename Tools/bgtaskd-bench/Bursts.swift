@@ -13,14 +13,21 @@ import Varlink
 enum ChildEvents {
     /// Waits until every one of `pids` has stopped (`continued`: continued); returns when
     /// each was seen to. Sweeps the ones still running (each look is O(1) in the kernel),
-    /// resting 100 µs after a sweep that found nothing. Gives up (and ends the benchmark,
-    /// saying why, killing the apps) after `seconds`.
-    static func await(_ pids: [Int32], continued: Bool = false, seconds: Double = 60) -> [Int32: Int64] {
+    /// resting after a sweep that found nothing as long as the sweep took (100 µs at least,
+    /// 1 ms at most): 10,000 looks take milliseconds, and sweeping without a rest would take
+    /// one of the machine's two CPUs from the daemon and the apps measured. The time of the
+    /// last stop is known to within the last sweeps' rest, when few are left. `notBefore`:
+    /// nothing measured happens before that instant, so the
+    /// sweeps start then (a stop before it is stamped at the first sweep: only the last stop
+    /// is measured).
+    static func await(_ pids: [Int32], continued: Bool = false, notBefore: Int64 = 0, seconds: Double = 60) -> [Int32: Int64] {
         var seen: [Int32: Int64] = [:]
         var pending = pids
         let code = continued ? Int32(CLD_CONTINUED) : Int32(CLD_STOPPED)
+        sleepUntil(notBefore)
         let giveUp = now() + Int64(seconds * 1e9)
         while !pending.isEmpty {
+            let sweep = now()
             var still: [Int32] = []
             still.reserveCapacity(pending.count)
             for pid in pending {
@@ -40,7 +47,7 @@ enum ChildEvents {
                     }
                     exit(1)
                 }
-                sleepUntil(now() + 100_000)  // nothing new: let the daemon and the apps run
+                sleepUntil(now() + min(max(now() - sweep, 100_000), 1_000_000))  // nothing new: let the daemon and the apps run
             }
             pending = still
         }
@@ -124,6 +131,39 @@ func frames(_ method: String, _ pids: [Int32], _ parameters: [String: JSON]) -> 
     }
 }
 
+/// The deadline burst's floor: `count` "hold" apps held by `bgtask-bench-app
+/// --deadline-floor`, a daemon that costs only its system calls (an "expiring" write to each
+/// stream, then for each app that ends its task a close and a SIGSTOP through its pidfd);
+/// milliseconds from its go to the last app stopped. What a daemon with no work of its own
+/// between those system calls would take, on this machine, in this run.
+@MainActor func deadlineFloor(_ count: Int) throws -> Double {
+    let directory = try makeTemporaryDirectory(NSTemporaryDirectory() + "bgtaskd-bench-floor")
+    defer { try? FileManager.default.removeItem(atPath: directory) }
+    let path = directory + "/floor"
+    let (goRead, goWrite) = try Subprocess.pipe()
+    let (readyRead, readyWrite) = try Subprocess.pipe()
+    let server = try Child([binaryDirectory + "/bgtask-bench-app", "--deadline-floor", path, String(count)],
+                           stdin: .descriptor(goRead.rawValue), stdout: .descriptor(readyWrite.rawValue))
+    defer { server.stop() }
+    goRead.close()
+    readyWrite.close()
+    let listening = now() + 10_000_000_000
+    while !FileManager.default.fileExists(atPath: path) {
+        guard now() < listening else { throw ClientError(.timedOut, "the deadline floor did not listen") }
+        sleepUntil(now() + 1_000_000)  // until the floor's socket exists
+    }
+    let apps = try BenchApps(socket: path)
+    defer { apps.end() }
+    let pids = try apps.spawn(count, tasks: 0, mode: "hold")
+    guard try readyRead.waitReadable(timeoutMilliseconds: 30_000), !(try readyRead.read(upTo: 16)).isEmpty else {
+        throw ClientError(.timedOut, "the deadline floor did not get ready")
+    }
+    let start = now()
+    try goWrite.writeAll([1])
+    let stops = ChildEvents.await(pids)
+    return Double(stops.values.max()! - start) / 1e6
+}
+
 /// The two bursts, on one population of apps that each hold a task on a stream and end it
 /// when it expires (the C app's "hold" mode).
 @MainActor func bursts(count requested: Int) throws {
@@ -134,6 +174,7 @@ func frames(_ method: String, _ pids: [Int32], _ parameters: [String: JSON]) -> 
     getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit)
     let count = min(requested, (Int(clamping: limit.rlim_max) - 256) / 2)
     if count < requested { say("bursts: \(count) apps, not \(requested): the descriptor limit is \(limit.rlim_max)") }
+    let floorMs = try deadlineFloor(count)
     // Warned 4 s after the burst, with 6 s left to end their tasks: every app ends its task
     // before its deadline even when the daemon takes seconds for 10,000 of them.
     let budget: Int64 = 10_000_000_000, warning: Int64 = 6_000_000_000
@@ -157,7 +198,13 @@ func frames(_ method: String, _ pids: [Int32], _ parameters: [String: JSON]) -> 
     // warnings come due within the burst's span; each app ends its task when warned and is
     // suspended at once.
     let background = try Pipeline(daemon.socketPath, frames("SetAppState", pids, ["state": "background"]))
-    let stops = ChildEvents.await(pids)
+    // The first warnings are measured in the first milliseconds after they fall due, the last
+    // stop hundreds later: the sweeps (a CPU's worth while thousands are left) start after
+    // the first warnings went out, not beside them.
+    sleepUntil(background.start + budget - warning - 10_000_000)
+    let deadlineCPUBefore = daemon.child.cpuNanoseconds
+    let stops = ChildEvents.await(pids, notBefore: background.start + budget - warning + 20_000_000)
+    let deadlineCPUPerApp = Double(daemon.child.cpuNanoseconds - deadlineCPUBefore) / 1e3 / Double(count)
     // The daemon handles a pipelined burst a batch per pass, every call of a batch at the
     // pass's instant; the first batch (a few hundred calls) at the instant it read the first
     // call, which is no earlier than when it was sent. So the first 100 warnings are due at
@@ -166,7 +213,7 @@ func frames(_ method: String, _ pids: [Int32], _ parameters: [String: JSON]) -> 
     // the last reply's arrival + budget − warning.
     let firstDue = background.start + budget - warning
     let lastDue = background.replies.max()! + budget - warning
-    let warned = monitor.events.withLock { $0 }.filter { $0.0 == "task:expiring" }
+    let warned = monitor.events().filter { $0.0 == "task:expiring" }
     var warnedAt: [Int32: Int64] = [:]
     for (_, pid, received) in warned where warnedAt[Int32(pid)] == nil { warnedAt[Int32(pid)] = received }
     let firstLateness = Summary(pids.prefix(100).compactMap { pid in warnedAt[pid].map { Double($0 - firstDue) / 1e6 } })
@@ -174,7 +221,7 @@ func frames(_ method: String, _ pids: [Int32], _ parameters: [String: JSON]) -> 
     if ProcessInfo.processInfo.environment["BENCH_DEBUG"] != nil {
         let times = warned.map { Double($0.2 - firstDue) / 1e6 }.sorted()
         say("debug: first reply +\(Double(background.replies.min()! - background.start) / 1e6) ms; warnings \(times.count), first +\(times.first ?? -1), 100th +\(times.count > 99 ? times[99] : -1), last +\(times.last ?? -1)")
-        let events = monitor.events.withLock { $0 }
+        let events = monitor.events()
         say("debug: events \(events.count): " + Dictionary(grouping: events, by: { $0.0 }).map { "\($0.key)=\($0.value.count)" }.joined(separator: " "))
     }
     monitor.stop()
@@ -211,7 +258,8 @@ func frames(_ method: String, _ pids: [Int32], _ parameters: [String: JSON]) -> 
         "baselineContinueMilliseconds": .double(baselineContinue),
         "backgroundMilliseconds": .double(backgroundMs), "foregroundMilliseconds": .double(foregroundMs),
         "deadlinesMilliseconds": .double(deadlineMs), "deadlineSpreadMilliseconds": .double(spreadMs),
-        "resumeAfterDeadlinesMilliseconds": .double(resumeMs),
+        "resumeAfterDeadlinesMilliseconds": .double(resumeMs), "deadlineFloorMilliseconds": .double(floorMs),
+        "deadlineDaemonCPUMicrosecondsPerApp": .double(deadlineCPUPerApp),
         "firstWarningsLatenessMilliseconds": firstLateness.json, "daemonCPUMicrosecondsPerApp": .double(cpuPerApp),
         "errors": .int(Int64(errors)),
     ])
@@ -223,6 +271,9 @@ func frames(_ method: String, _ pids: [Int32], _ parameters: [String: JSON]) -> 
     row("burst: \(count) deadlines, first due to last stopped (ms)", format(deadlineMs, 1),
         "C SIGSTOP loop \(format(baselineStop, 1))", check(deadlineMs / baselineStop, "≤", 3, key: "burstDeadlines")
             + " (due over \(format(spreadMs, 1)) ms)")
+    row("daemon CPU per app warned, ended and stopped (µs)", format(deadlineCPUPerApp, 1), "", "")
+    row("burst: the same deadlines, a zero-cost daemon (ms)", format(floorMs, 1), "C SIGSTOP loop \(format(baselineStop, 1))",
+        "×\(format(floorMs / baselineStop, 2)); bgtaskd ×\(format(deadlineMs / floorMs, 2)) of it")
     row("burst: lateness of the first 100 warnings, from the send (ms)", "\(firstLateness)", "n=\(firstLateness.count)",
         check(firstLateness.p99, "<", 2, key: "burstWarningLateness", ratio: false))
 }

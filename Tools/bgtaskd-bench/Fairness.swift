@@ -62,7 +62,7 @@ final class Flood: @unchecked Sendable {
         let seconds = Double(now() - floodStart) / 1e9
         let due = background.start + budget - warning
         var warnedAt: [Int64: Int64] = [:]
-        for (name, pid, received) in monitor.events.withLock({ $0 }) where name == "task:expiring" && warnedAt[pid] == nil {
+        for (name, pid, received) in monitor.events() where name == "task:expiring" && warnedAt[pid] == nil {
             warnedAt[pid] = received
         }
         let late = pids.compactMap { warnedAt[Int64($0)].map { Double($0 - due) / 1e6 } }

@@ -108,7 +108,7 @@ import Varlink
         }
     }
     let monitorDeadline = now() + 3_000_000_000
-    while now() < monitorDeadline, monitor.events.withLock({ $0.filter { $0.0 == "terminated" }.count }) < probes {
+    while now() < monitorDeadline, monitor.events().filter { $0.0 == "terminated" }.count < probes {
         Thread.sleep(forTimeInterval: 0.01)  // poll interval while the last terminations arrive
     }
     while now() < monitorDeadline, relay.lateness.withLock({ $0.count }) < 3 * probes {
@@ -116,7 +116,7 @@ import Varlink
     }
     relay.stop()
     let floor = Summary(relay.lateness.withLock { $0 })
-    let events = monitor.events.withLock { $0 }
+    let events = monitor.events()
     func lateness(_ event: String, _ pids: [Int32], offset: Int64) -> [Double] {
         pids.compactMap { pid in
             events.first { $0.0 == event && $0.1 == Int64(pid) }.map { Double($0.2 - backgroundedAt[pid]! - offset) / 1e6 }

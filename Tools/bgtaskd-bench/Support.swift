@@ -304,27 +304,51 @@ final class BenchApps {
 }
 
 /// A `Monitor` stream read on its own thread: (event, pid, when received) per event; task
-/// changes are named "task:" + the task's new state.
+/// changes are named "task:" + the task's new state. An event's time is when the read that
+/// brought it returned: the thread only reads and stamps, and the events are parsed when
+/// asked for (`events()`), so parsing one event never delays the next one's stamp.
 final class MonitorRecorder {
-    let events = Locked<[(String, Int64, Int64)]>([])
+    private let arrivals = Locked<[(bytes: [UInt8], received: Int64)]>([])
     private let connection: VarlinkConnection
+    private var framer = VarlinkFramer(maximumMessageBytes: 1 << 20)
+    private var parsed: [(String, Int64, Int64)] = []
 
     init(_ path: String) throws {
         connection = try VarlinkConnection(path: path)
         try connection.send(VarlinkCall(.monitor, more: true))
-        let handoff = Handoff(connection)
-        let events = self.events
+        let fd = connection.fileDescriptor
+        let arrivals = self.arrivals
         Thread {
-            while let reply = try? handoff.value.receive() {
+            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 16, alignment: 1)
+            defer { buffer.deallocate() }
+            while true {
+                let count: Int = read(fd, buffer.baseAddress, buffer.count)
+                if count < 0, errno == EINTR { continue }
+                guard count > 0 else { return }
                 let received = now()
+                let bytes = [UInt8](buffer[..<count])
+                arrivals.withLock { $0.append((bytes, received)) }
+            }
+        }.start()
+    }
+
+    /// Every event read so far, in order.
+    func events() -> [(String, Int64, Int64)] {
+        var chunks: [(bytes: [UInt8], received: Int64)] = []
+        arrivals.withLock { swap(&chunks, &$0) }
+        for (bytes, received) in chunks {
+            framer.append(bytes)
+            while let message = try? framer.next() {
+                guard let reply = try? VarlinkReply(message: JSON.parse(message)) else { continue }
                 let parameters = reply.parameters
                 let name = parameters["event"]?.stringValue ?? ""
                 let pid = parameters["task"]?["appPid"]?.intValue ?? parameters["entry"]?["pid"]?.intValue
                     ?? parameters["pid"]?.intValue ?? 0
                 let state = parameters["task"]?["state"]?.stringValue
-                events.withLock { $0.append((state.map { "task:" + $0 } ?? name, pid, received)) }
+                parsed.append((state.map { "task:" + $0 } ?? name, pid, received))
             }
-        }.start()
+        }
+        return parsed
     }
 
     /// Ends the stream (the reading thread sees the connection shut down).
