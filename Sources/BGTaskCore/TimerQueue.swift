@@ -51,7 +51,9 @@ struct TimerQueue {
         while let index = stack.popLast() {
             guard heap[index].instant <= now else { continue }
             result.append(heap[index])
-            for child in [2 * index + 1, 2 * index + 2] where child < heap.count { stack.append(child) }
+            let left = 2 * index + 1  // children pushed one by one: an array literal here cost an allocation per entry
+            if left < heap.count { stack.append(left) }
+            if left + 1 < heap.count { stack.append(left + 1) }
         }
         return result
     }

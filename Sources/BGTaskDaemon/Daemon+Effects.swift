@@ -23,18 +23,12 @@ extension Daemon {
         for effect in effects {
             switch effect {
             case let .lifecycle(app, uid, event):
-                guard subscribers[app] != nil || !monitors.isEmpty else { continue }  // nobody to tell
-                let parameters = Wire.event(event)
                 if let ids = subscribers[app] {
                     // Encoded once, its bytes shared by every subscriber's queue.
-                    let frame = VarlinkReply(parameters: parameters, continues: true).frame
+                    let frame = Wire.eventFrame(event)
                     for id in ids { if let connection = connections[id] { send(shared: frame, to: connection) } }
                 }
-                if !monitors.isEmpty {
-                    var monitored = parameters
-                    monitored["pid"] = .int(Int64(app.pid))
-                    broadcast(uid: uid) { VarlinkReply(parameters: monitored, continues: true).frame }
-                }
+                broadcast(uid: uid) { Wire.eventFrame(event, pid: app.pid) }
             case let .taskChanged(task):
                 if task.state != .pending, let id = taskStreams[task.id], let connection = connections[id] {
                     let ended = !task.state.isActive

@@ -96,6 +96,64 @@ enum Wire {
         return object
     }
 
+    /// A lifecycle event's frame (NUL included) for its app's subscribers, or with `pid` for
+    /// a monitor, written directly, keys sorted: every app backgrounded, every task granted
+    /// and every warning is one per subscriber and one per monitor. A woken or launched app's
+    /// event (a payload to re-serialize) is built as `event(_:)`. Checked against it in debug
+    /// builds.
+    static func eventFrame(_ event: LifecycleEvent, pid: Int32? = nil) -> [UInt8] {
+        func reference() -> [UInt8] {
+            var parameters = Wire.event(event)
+            if let pid { parameters["pid"] = .int(Int64(pid)) }
+            return VarlinkReply(parameters: parameters, continues: true).frame
+        }
+        var out: [UInt8] = []
+        out.reserveCapacity(128)
+        out.appendRaw(#"{"continues":true,"parameters":{"#)
+        func name(_ text: StaticString) {
+            out.appendRaw(#""event":"#)
+            out.appendRaw(text)
+            if let pid { out.appendRaw(#","pid":"#); JSON.writeInteger(Int64(pid), to: &out) }
+        }
+        func ids(_ ids: [TaskID]) {
+            out.appendRaw(#","taskIds":["#)
+            for (index, id) in ids.enumerated() {
+                if index > 0 { out.appendRaw(",") }
+                JSON.writeInteger(Int64(id), to: &out)
+            }
+            out.appendRaw("]")
+        }
+        switch event {
+        case let .didEnterBackground(transitionTimeout, remaining):
+            out.appendRaw(#""backgroundTimeRemaining":"#); seconds(remaining).write(to: &out)
+            out.appendRaw(",")
+            name(#""didEnterBackground""#)
+            out.appendRaw(#","transitionTimeout":"#); seconds(transitionTimeout).write(to: &out)
+        case .willEnterForeground:
+            name(#""willEnterForeground""#)
+        case let .taskGranted(id):
+            name(#""taskGranted""#)
+            out.appendRaw(#","taskId":"#); JSON.writeInteger(Int64(id), to: &out)
+        case let .taskDenied(id, reason):
+            name(#""taskDenied""#)
+            out.appendRaw(#","reason":"#); JSON.writeString(reason.rawValue, to: &out)
+            out.appendRaw(#","taskId":"#); JSON.writeInteger(Int64(id), to: &out)
+        case let .taskExpiring(taskIDs, remaining):
+            out.appendRaw(#""backgroundTimeRemaining":"#); seconds(remaining).write(to: &out)
+            out.appendRaw(",")
+            name(#""taskExpiring""#)
+            ids(taskIDs)
+        case let .taskExpired(taskIDs):
+            name(#""taskExpired""#)
+            ids(taskIDs)
+        case .didWake, .launchTask:
+            return reference()
+        }
+        out.appendRaw("}}\0")
+        assert(out == reference(), "Wire.eventFrame differs from Wire.event")
+        return out
+    }
+
     /// A request as its app sees it (`GetPendingTaskRequests`): its date from now.
     static func request(_ request: TaskRequest, at now: Instant) -> JSON {
         .object([

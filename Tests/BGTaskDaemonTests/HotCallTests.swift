@@ -120,4 +120,24 @@ import Varlink
             }
         }
     }
+
+    /// Lifecycle events are written directly, for subscribers and (with the app's pid) for
+    /// monitors, and read as the general encoding.
+    @Test func lifecycleEventFramesAreTheGeneralText() {
+        let events: [LifecycleEvent] = [
+            .didEnterBackground(transitionTimeout: .seconds(5), backgroundTimeRemaining: .milliseconds(29_999_999) / 1000),
+            .didEnterBackground(transitionTimeout: .zero, backgroundTimeRemaining: nil),
+            .willEnterForeground, .taskGranted(1), .taskDenied(2, .noBackgroundTime),
+            .taskExpiring([3], backgroundTimeRemaining: .milliseconds(4_250)), .taskExpiring([4, 5, 6], backgroundTimeRemaining: .zero),
+            .taskExpired([]), .taskExpired([7, 8]),
+            .didWake(reason: "push", payload: #"{"a":[1,"b"]}"#, backgroundTimeRemaining: .seconds(30)),
+            .launchTask(identifier: "org.example.refresh", kind: .refresh, taskID: 9, backgroundTimeRemaining: nil),
+        ]
+        for event in events {
+            #expect(Wire.eventFrame(event) == VarlinkReply(parameters: Wire.event(event), continues: true).frame, "\(event)")
+            var monitored = Wire.event(event)
+            monitored["pid"] = 4242
+            #expect(Wire.eventFrame(event, pid: 4242) == VarlinkReply(parameters: monitored, continues: true).frame, "\(event)")
+        }
+    }
 }
