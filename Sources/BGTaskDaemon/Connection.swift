@@ -123,8 +123,9 @@ final class Connection {
         if done { self.listing = nil }
     }
 
-    /// Writes buffered output.
+    /// Writes buffered output, the chunks waiting joined into one write (`joinWaiting`).
     func flush() -> Bool {
+        joinWaiting()
         while head < queue.count {
             do {
                 guard let count = try socket.writeAvailable(queue[head][written...]) else { break }
@@ -154,6 +155,30 @@ final class Connection {
         return true
     }
 
+    /// The most bytes of waiting chunks copied together for one write.
+    static let joinLimit = 64 << 10
+
+    /// Joins the chunks waiting (up to `joinLimit` bytes) into one: a monitor or subscriber
+    /// sent 32 events in a pass, each a chunk shared with other connections, gets one
+    /// `send` rather than 32 (a copy of a few kilobytes costs less than one system call).
+    /// A large chunk (a listing's slice) is written as it is.
+    private func joinWaiting() {
+        guard queue.count - head > 1 else { return }
+        var end = head + 1, total = queue[head].count - written
+        while end < queue.count, total + queue[end].count <= Self.joinLimit {
+            total += queue[end].count
+            end += 1
+        }
+        guard end - head > 1 else { return }
+        var joined: [UInt8] = []
+        joined.reserveCapacity(total)
+        joined.append(contentsOf: queue[head][written...])
+        for index in head + 1..<end { joined.append(contentsOf: queue[index]) }
+        // A copy of its own: replies may be appended to it when it is the last.
+        queue.replaceSubrange(head..<end, with: CollectionOfOne(joined))
+        written = 0
+    }
+
     /// Waits for what the connection can do next: input while it takes calls, output while
     /// some waits or a listing goes on, and always the peer hanging up.
     func updateEvents() {
@@ -177,6 +202,7 @@ final class Connection {
         grow(by: -pendingOutputBytes)
         queue = []
         head = 0
+        source?.close(socket)  // the connection's socket is its file's only descriptor
         source = nil
         socket.close()
         // Released now, not when the last reference to this object goes (the pass's list

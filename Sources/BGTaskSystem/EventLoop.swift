@@ -236,6 +236,12 @@ public final class EventLoop {
     /// event already collected for it is skipped.
     fileprivate func remove(_ token: UInt64, fd: Int32) {
         epoll_ctl(epoll.rawValue, EPOLL_CTL_DEL, fd, nil)
+        forget(token)
+    }
+
+    /// Frees a member's slot without `EPOLL_CTL_DEL`: its file left the epoll set as its last
+    /// descriptor closed (`EventSource.close`).
+    fileprivate func forget(_ token: UInt64) {
         let index = Int(token & 0xffff_ffff)
         members[index] = Member(generation: members[index].generation &+ 1)
         freeMembers.append(index)
@@ -267,6 +273,8 @@ public final class EventSource {
     private let loop: EventLoop
     private let token: UInt64
     private let kind: Kind
+    /// Left the loop with its descriptor (`close`).
+    private var closed = false
 
     fileprivate init(loop: EventLoop, token: UInt64, fd: Int32) {
         self.loop = loop
@@ -286,7 +294,20 @@ public final class EventSource {
         kind = .signal(signal, handler)
     }
 
+    /// Leaves the loop by closing `descriptor`, the one it watches: the kernel takes a file
+    /// out of every epoll set when its last descriptor closes, so no `EPOLL_CTL_DEL` (a
+    /// system call per client connection closed). Only for a descriptor that is its file's
+    /// only one (never duplicated, inherited or sent): a file open elsewhere would stay in
+    /// the set. Any other source leaves the loop as it goes away.
+    public func close(_ descriptor: FileDescriptor) {
+        guard case let .member(fd) = kind, fd == descriptor.rawValue, !closed else { return }
+        closed = true
+        descriptor.close()
+        loop.forget(token)
+    }
+
     deinit {
+        guard !closed else { return }
         switch kind {
         case let .member(fd): loop.remove(token, fd: fd)
         case let .timer(timer): loop.remove(token, fd: timer.rawValue)

@@ -109,4 +109,31 @@ import TestSupport
         try turn(loop, until: "the second member") { heard == ["second"] }
         withExtendedLifetime(source) {}
     }
+
+    /// A member that leaves by closing its descriptor (no `EPOLL_CTL_DEL`) is out of the
+    /// kernel's set too: its pending event is never heard, and the same descriptor number
+    /// opened again is a new member that works.
+    @Test func aMemberClosedWithItsDescriptorIsNotHeardAndItsNumberServesTheNext() throws {
+        let loop = try EventLoop()
+        let first = try Pipe()
+        var heard: [String] = []
+        let number = first.read.rawValue
+        var source: EventSource? = try loop.addIO(number, events: IOEvents.readable) { _ in heard.append("first") }
+        first.fill()
+        source?.close(first.read)
+        #expect(first.read.rawValue == -1)
+        source = nil
+        let second = try Pipe()  // the lowest free number: the one just closed
+        #expect(second.read.rawValue == number)
+        source = try loop.addIO(second.read.rawValue, events: IOEvents.readable) { _ in
+            heard.append("second")
+            var byte: UInt8 = 0
+            _ = read(second.read.rawValue, &byte, 1)
+        }
+        for _ in 0..<3 { try loop.runOnce(timeoutMilliseconds: 5) }
+        #expect(heard.isEmpty)
+        second.fill()
+        try turn(loop, until: "the second member") { heard == ["second"] }
+        withExtendedLifetime(source) {}
+    }
 }

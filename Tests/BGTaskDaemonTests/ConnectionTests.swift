@@ -1,0 +1,85 @@
+// SPDX-License-Identifier: Apache-2.0
+@testable import BGTaskCore
+@testable import BGTaskDaemon
+@testable import BGTaskSystem
+import Glibc
+import Testing
+import Varlink
+
+/// A connection's output on a real socket pair: what was queued arrives whole and in order,
+/// however it was queued and joined.
+@Suite struct ConnectionTests {
+    static func pair() throws -> (Connection, FileDescriptor) {
+        var fds: [Int32] = [-1, -1]
+        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0, &fds) == 0 else {
+            throw Errno(errno, "socketpair")
+        }
+        let connection = Connection(id: ConnectionID(1), socket: FileDescriptor(fds[0]),
+                                    credentials: PeerCredentials(pid: getpid(), uid: getuid(), gid: getgid(), groups: []),
+                                    peerPidfd: nil, maximumMessageBytes: 1 << 16, account: OutputAccount())
+        return (connection, FileDescriptor(fds[1]))
+    }
+
+    static func readAll(_ peer: FileDescriptor) -> [UInt8] {
+        var bytes: [UInt8] = []
+        while let chunk = try? peer.readAvailable(upTo: 1 << 20), !chunk.isEmpty { bytes += chunk }
+        return bytes
+    }
+
+    /// Shared events and the connection's own replies, interleaved, go out joined in the
+    /// order queued; a reply queued after a flush that joined them follows them.
+    @Test func queuedChunksArriveInOrderJoinedOrNot() throws {
+        let (connection, peer) = try Self.pair()
+        var expected: [UInt8] = []
+        for index in 0..<40 {
+            let frame = Array("{\"event\":\(index)}".utf8) + [0]
+            #expect(connection.send(shared: frame))
+            expected += frame
+            if index % 7 == 0 {
+                #expect(connection.send(writing: { $0 += Array("{\"reply\":\(index)}".utf8) }))
+                expected += Array("{\"reply\":\(index)}".utf8) + [0]
+            }
+        }
+        #expect(connection.flush())
+        #expect(connection.pendingOutputBytes == 0)
+        #expect(connection.send(writing: { $0 += Array("{\"last\":true}".utf8) }))
+        expected += Array("{\"last\":true}".utf8) + [0]
+        #expect(connection.flush())
+        let received = Self.readAll(peer)
+        #expect(received.count == expected.count)
+        let same = received == expected  // not printed whole when they differ
+        #expect(same)
+    }
+
+    /// A peer that reads slowly: what does not fit is kept, partly written chunks resume
+    /// where they stopped, and a chunk over the join limit goes as it is.
+    @Test func whatDoesNotFitWaitsAndResumesWhereItStopped() throws {
+        let (connection, peer) = try Self.pair()
+        var small: Int32 = 4096  // the kernel's least: every flush below stops part-way
+        setsockopt(connection.socket.rawValue, SOL_SOCKET, SO_SNDBUF, &small, socklen_t(MemoryLayout<Int32>.size))
+        var expected: [UInt8] = [], received: [UInt8] = []
+        let large = [UInt8](repeating: UInt8(ascii: "x"), count: Connection.joinLimit + 1) + [0]
+        var partial = 0
+        for index in 0..<600 {
+            let frame = index == 300 ? large : Array("{\"event\":\(index),\"padding\":\"\(String(repeating: "p", count: index % 50))\"}".utf8) + [0]
+            #expect(connection.send(shared: frame))
+            expected += frame
+            if index % 50 == 49 {
+                // Queued behind a chunk written in part: joined with the rest of it.
+                #expect(connection.flush())
+                if connection.pendingOutputBytes > 0 { partial += 1 }
+                received += Self.readAll(peer)
+            }
+        }
+        #expect(partial > 0)
+        for _ in 0..<10_000 where connection.pendingOutputBytes > 0 {
+            #expect(connection.flush())
+            received += Self.readAll(peer)
+        }
+        received += Self.readAll(peer)
+        #expect(connection.pendingOutputBytes == 0)
+        #expect(received.count == expected.count)
+        let same = received == expected  // not printed whole when they differ
+        #expect(same)
+    }
+}
