@@ -200,7 +200,9 @@ enum Wire {
     /// directly (a burst sends one or two per app); checked against the general reply in
     /// debug builds.
     static func monitorFrame(_ task: TaskSnapshot) -> [UInt8] {
-        var out = Array(#"{"continues":true,"parameters":{"event":"taskChanged","task":"#.utf8)
+        var out: [UInt8] = []
+        out.reserveCapacity(256)  // at its size at once: grown from the literal's, it was copied three times
+        out.appendRaw(#"{"continues":true,"parameters":{"event":"taskChanged","task":"#)
         writeTask(task, to: &out)
         out += [UInt8(ascii: "}"), UInt8(ascii: "}"), 0]
         assert(out == VarlinkReply(parameters: ["event": .string("taskChanged"), "task": Wire.task(task)], continues: true).frame)
@@ -208,7 +210,9 @@ enum Wire {
     }
 
     static func monitorFrame(_ entry: HistoryEntry) -> [UInt8] {
-        var out = Array(#"{"continues":true,"parameters":{"entry":"#.utf8)
+        var out: [UInt8] = []
+        out.reserveCapacity(256 + entry.record.command.utf8.count + entry.record.taskNames.reduce(0) { $0 + $1.utf8.count + 3 })
+        out.appendRaw(#"{"continues":true,"parameters":{"entry":"#)
         writeHistoryEntry(entry, to: &out)
         out += Array(#","event":"#.utf8)
         JSON.writeString(entry.record.action.rawValue, to: &out)
