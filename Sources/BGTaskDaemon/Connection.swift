@@ -45,6 +45,9 @@ final class Connection {
     private var tailIsOwn = false
     /// Bytes of `queue[head]` already written.
     private var written = 0
+    /// `queue[head]` is chunks joined already (`joinWaiting`): not joined again, so every
+    /// byte is copied at most once, however slowly the peer reads.
+    private var headIsJoined = false
     /// A written-out buffer kept for the next replies (most connections need one, small).
     private var spare: [UInt8] = []
     private(set) var pendingOutputBytes = 0
@@ -137,6 +140,7 @@ final class Connection {
             guard written == queue[head].count else { continue }
             head += 1
             written = 0
+            headIsJoined = false
             if head == queue.count {
                 // Moved out, not copied: emptying a copy would allocate it anew (callgrind).
                 if tailIsOwn, queue[head - 1].capacity < 65536 {
@@ -161,9 +165,11 @@ final class Connection {
     /// Joins the chunks waiting (up to `joinLimit` bytes) into one: a monitor or subscriber
     /// sent 32 events in a pass, each a chunk shared with other connections, gets one
     /// `send` rather than 32 (a copy of a few kilobytes costs less than one system call).
-    /// A large chunk (a listing's slice) is written as it is.
+    /// A large chunk (a listing's slice) is written as it is; a joined chunk is not joined
+    /// again while it waits (a peer that never reads would otherwise have it copied at
+    /// every event queued behind it).
     private func joinWaiting() {
-        guard queue.count - head > 1 else { return }
+        guard !headIsJoined, queue.count - head > 1 else { return }
         var end = head + 1, total = queue[head].count - written
         while end < queue.count, total + queue[end].count <= Self.joinLimit {
             total += queue[end].count
@@ -177,6 +183,7 @@ final class Connection {
         // A copy of its own: replies may be appended to it when it is the last.
         queue.replaceSubrange(head..<end, with: CollectionOfOne(joined))
         written = 0
+        headIsJoined = true
     }
 
     /// Waits for what the connection can do next: input while it takes calls, output while
@@ -202,6 +209,7 @@ final class Connection {
         grow(by: -pendingOutputBytes)
         queue = []
         head = 0
+        headIsJoined = false
         source?.close(socket)  // the connection's socket is its file's only descriptor
         source = nil
         socket.close()

@@ -14,6 +14,25 @@ import TestSupport
         func fill() { var byte: UInt8 = 1; _ = Glibc.write(write.rawValue, &byte, 1) }
     }
 
+    /// What the members of a test noted when their handlers ran.
+    final class Heard { var names: [String] = [] }
+
+    /// Adds `pipe`'s read end as a member noting "second"; checks that nothing is heard for
+    /// three turns (an event left pending by an earlier member included), then that its own
+    /// byte is. Returns the member.
+    func expectHeardAlone(_ pipe: Pipe, on loop: EventLoop, _ heard: Heard) throws -> EventSource {
+        let source = try loop.addIO(pipe.read.rawValue, events: IOEvents.readable) { _ in
+            heard.names.append("second")
+            var byte: UInt8 = 0
+            _ = read(pipe.read.rawValue, &byte, 1)
+        }
+        for _ in 0..<3 { try loop.runOnce(timeoutMilliseconds: 5) }
+        #expect(heard.names.isEmpty)
+        pipe.fill()
+        try turn(loop, until: "the second member") { heard.names == ["second"] }
+        return source
+    }
+
     /// Turns the loop until `condition` holds, for at most `seconds`.
     func turn(_ loop: EventLoop, until what: String, seconds: Double = 5, _ condition: () -> Bool) throws {
         let deadline = Clock.monotonicNanoseconds() + Int64(seconds * 1e9)
@@ -94,19 +113,11 @@ import TestSupport
     @Test func aRemovedMemberIsNotHeardAndItsSlotServesTheNext() throws {
         let loop = try EventLoop()
         let first = try Pipe(), second = try Pipe()
-        var heard: [String] = []
-        var source: EventSource? = try loop.addIO(first.read.rawValue, events: IOEvents.readable) { _ in heard.append("first") }
+        let heard = Heard()
+        var source: EventSource? = try loop.addIO(first.read.rawValue, events: IOEvents.readable) { _ in heard.names.append("first") }
         first.fill()
         source = nil  // gone before its event is collected
-        source = try loop.addIO(second.read.rawValue, events: IOEvents.readable) { _ in
-            heard.append("second")
-            var byte: UInt8 = 0
-            _ = read(second.read.rawValue, &byte, 1)
-        }
-        for _ in 0..<3 { try loop.runOnce(timeoutMilliseconds: 5) }
-        #expect(heard.isEmpty)
-        second.fill()
-        try turn(loop, until: "the second member") { heard == ["second"] }
+        source = try expectHeardAlone(second, on: loop, heard)
         withExtendedLifetime(source) {}
     }
 
@@ -116,24 +127,16 @@ import TestSupport
     @Test func aMemberClosedWithItsDescriptorIsNotHeardAndItsNumberServesTheNext() throws {
         let loop = try EventLoop()
         let first = try Pipe()
-        var heard: [String] = []
+        let heard = Heard()
         let number = first.read.rawValue
-        var source: EventSource? = try loop.addIO(number, events: IOEvents.readable) { _ in heard.append("first") }
+        var source: EventSource? = try loop.addIO(number, events: IOEvents.readable) { _ in heard.names.append("first") }
         first.fill()
         source?.close(first.read)
         #expect(first.read.rawValue == -1)
         source = nil
         let second = try Pipe()  // the lowest free number: the one just closed
         #expect(second.read.rawValue == number)
-        source = try loop.addIO(second.read.rawValue, events: IOEvents.readable) { _ in
-            heard.append("second")
-            var byte: UInt8 = 0
-            _ = read(second.read.rawValue, &byte, 1)
-        }
-        for _ in 0..<3 { try loop.runOnce(timeoutMilliseconds: 5) }
-        #expect(heard.isEmpty)
-        second.fill()
-        try turn(loop, until: "the second member") { heard == ["second"] }
+        source = try expectHeardAlone(second, on: loop, heard)
         withExtendedLifetime(source) {}
     }
 }
