@@ -24,10 +24,12 @@
  *
  * --deadline-floor is the deadline burst's floor: a daemon that costs nothing but its system
  * calls. It listens on SOCKET, answers the held BeginTask of COUNT "hold" apps, takes each
- * one's pidfd (SO_PEERPIDFD), writes "ready\n", waits for a byte on stdin, then does what
- * the daemon must when their deadlines fall together: writes each stream its "expiring"
- * event, and as each app ends its task (closes the stream) closes its end and stops the app
- * through its pidfd.
+ * one's pidfd (SO_PEERPIDFD), then takes one more connection, a monitor (the bench's, as
+ * on the daemon), writes "ready\n", waits for a byte on stdin, then does what the daemon
+ * must when their deadlines fall together: writes each stream its "expiring" event, and
+ * after each 16 (the daemon's slice) one write of their 16 events to the monitor (made
+ * beforehand); then as each app ends its task (closes the stream) closes its end and stops
+ * the app through its pidfd.
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -132,7 +134,7 @@ static int freeze_all(const char *value, const char *path, int opening) {
 #endif
 
 static int deadline_floor(const char *path, int count) {
-    static int sockets[32768], pidfds[32768];
+    static int sockets[32768], pidfds[32768], pids[32768];
     if (count < 1 || count > 32768) return 2;
     int listener = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_un address = {.sun_family = AF_UNIX};
@@ -157,7 +159,25 @@ static int deadline_floor(const char *path, int count) {
             perror("the held BeginTask");
             return 1;
         }
+        struct ucred peer;
+        length = sizeof(peer);
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &length) < 0) { perror("SO_PEERCRED"); return 1; }
+        pids[i] = peer.pid;
         sockets[i++] = fd;
+    }
+    /* The monitor: its call read, its events made now, each app's right after the one before. */
+    int monitor = accept4(listener, NULL, NULL, SOCK_CLOEXEC);
+    char call[4096];
+    ssize_t got;
+    while (monitor >= 0 && (got = read(monitor, call, sizeof(call))) > 0 && !memchr(call, 0, (size_t)got)) {}
+    if (monitor < 0) { perror("the monitor"); return 1; }
+    static char events[32768 * 112];
+    static size_t ends[32768];
+    size_t used = 0;
+    for (int i = 0; i < count; i++) {
+        used += (size_t)snprintf(events + used, sizeof(events) - used, "{\"continues\":true,\"parameters\":{\"event\":"
+                                 "\"taskChanged\",\"task\":{\"appPid\":%d,\"state\":\"expiring\"}}}", pids[i]) + 1;
+        ends[i] = used;
     }
     int epoll = epoll_create1(EPOLL_CLOEXEC);
     for (int i = 0; i < count; i++) {
@@ -168,7 +188,14 @@ static int deadline_floor(const char *path, int count) {
     char go;
     if (read(0, &go, 1) != 1) return 1;
     static const char expiring[] = "{\"continues\":true,\"parameters\":{\"state\":\"expiring\",\"taskId\":1}}";
-    for (int i = 0; i < count; i++) write_all(sockets[i], expiring, sizeof(expiring));
+    for (int i = 0, sent = 0; i < count; i++) {
+        write_all(sockets[i], expiring, sizeof(expiring));
+        if ((i + 1) % 16 == 0 || i + 1 == count) {
+            size_t from = sent > 0 ? ends[sent - 1] : 0;
+            write_all(monitor, events + from, ends[i] - from);
+            sent = i + 1;
+        }
+    }
     static struct epoll_event ready[1024];
     for (int stopped = 0; stopped < count;) {
         int n = epoll_wait(epoll, ready, 1024, -1);

@@ -133,10 +133,12 @@ func frames(_ method: String, _ pids: [Int32], _ parameters: [String: JSON]) -> 
 
 /// The deadline burst's floor: `count` "hold" apps held by `bgtask-bench-app
 /// --deadline-floor`, a daemon that costs only its system calls (an "expiring" write to each
-/// stream, then for each app that ends its task a close and a SIGSTOP through its pidfd);
-/// milliseconds from its go to the last app stopped. What a daemon with no work of its own
-/// between those system calls would take, on this machine, in this run.
-@MainActor func deadlineFloor(_ count: Int) throws -> Double {
+/// stream and, a slice of 16 at a time, their events to a monitor; then for each app that
+/// ends its task a close and a SIGSTOP through its pidfd): milliseconds from its go to the
+/// last app stopped, and the first 100 warnings' arrival at the monitor from the go. What a
+/// daemon with no work of its own between those system calls would take, on this machine,
+/// in this run.
+@MainActor func deadlineFloor(_ count: Int) throws -> (milliseconds: Double, firstWarnings: Summary) {
     let directory = try makeTemporaryDirectory(NSTemporaryDirectory() + "bgtaskd-bench-floor")
     defer { try? FileManager.default.removeItem(atPath: directory) }
     let path = directory + "/floor"
@@ -155,13 +157,16 @@ func frames(_ method: String, _ pids: [Int32], _ parameters: [String: JSON]) -> 
     let apps = try BenchApps(socket: path)
     defer { apps.end() }
     let pids = try apps.spawn(count, tasks: 0, mode: "hold")
+    let monitor = try MonitorRecorder(path)
+    defer { monitor.stop() }
     guard try readyRead.waitReadable(timeoutMilliseconds: 30_000), !(try readyRead.read(upTo: 16)).isEmpty else {
         throw ClientError(.timedOut, "the deadline floor did not get ready")
     }
     let start = now()
     try goWrite.writeAll([1])
     let stops = ChildEvents.await(pids)
-    return Double(stops.values.max()! - start) / 1e6
+    let warned = monitor.events().filter { $0.0 == "task:expiring" }.map { Double($0.2 - start) / 1e6 }.sorted()
+    return (Double(stops.values.max()! - start) / 1e6, Summary(Array(warned.prefix(100))))
 }
 
 /// The two bursts, on one population of apps that each hold a task on a stream and end it
@@ -174,7 +179,7 @@ func frames(_ method: String, _ pids: [Int32], _ parameters: [String: JSON]) -> 
     getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit)
     let count = min(requested, (Int(clamping: limit.rlim_max) - 256) / 2)
     if count < requested { say("bursts: \(count) apps, not \(requested): the descriptor limit is \(limit.rlim_max)") }
-    let floorMs = try deadlineFloor(count)
+    let (floorMs, floorFirstLateness) = try deadlineFloor(count)
     // Warned 4 s after the burst, with 6 s left to end their tasks: every app ends its task
     // before its deadline even when the daemon takes seconds for 10,000 of them.
     let budget: Int64 = 10_000_000_000, warning: Int64 = 6_000_000_000
@@ -260,7 +265,8 @@ func frames(_ method: String, _ pids: [Int32], _ parameters: [String: JSON]) -> 
         "deadlinesMilliseconds": .double(deadlineMs), "deadlineSpreadMilliseconds": .double(spreadMs),
         "resumeAfterDeadlinesMilliseconds": .double(resumeMs), "deadlineFloorMilliseconds": .double(floorMs),
         "deadlineDaemonCPUMicrosecondsPerApp": .double(deadlineCPUPerApp),
-        "firstWarningsLatenessMilliseconds": firstLateness.json, "daemonCPUMicrosecondsPerApp": .double(cpuPerApp),
+        "firstWarningsLatenessMilliseconds": firstLateness.json, "floorFirstWarningsLatenessMilliseconds": floorFirstLateness.json,
+        "daemonCPUMicrosecondsPerApp": .double(cpuPerApp),
         "errors": .int(Int64(errors)),
     ])
     row("burst: \(count) apps backgrounded, last stopped (ms)", format(backgroundMs, 1), "C SIGSTOP loop \(format(baselineStop, 1))",
@@ -276,4 +282,6 @@ func frames(_ method: String, _ pids: [Int32], _ parameters: [String: JSON]) -> 
         "×\(format(floorMs / baselineStop, 2)); bgtaskd ×\(format(deadlineMs / floorMs, 2)) of it")
     row("burst: lateness of the first 100 warnings, from the send (ms)", "\(firstLateness)", "n=\(firstLateness.count)",
         check(firstLateness.p99, "<", 2, key: "burstWarningLateness", ratio: false))
+    row("the same first 100 warnings, a zero-cost daemon, from its go (ms)", "\(floorFirstLateness)", "n=\(floorFirstLateness.count)",
+        "p99: bgtaskd ×\(format(firstLateness.p99 / floorFirstLateness.p99, 2)) of it")
 }
