@@ -231,8 +231,10 @@ final class Enforcer {
     /// could signal itself (the others are noted in `excluded`, for one log line per action).
     ///
     /// `visit` is called on each member of a process app before its children are read
-    /// (`ProcessTree`): stopping it there makes one walk catch every fork.
-    func members(of app: ProcessIdentity, uid: UInt32, visit: (Pidfd) -> Void = { _ in }) -> [Pidfd] {
+    /// (`ProcessTree`): stopping it there makes one walk catch every fork. It returns whether
+    /// the process is still there (a signal sent through its pidfd says so: `ESRCH`), which
+    /// spares a tracked app a poll of its own process's pidfd per action.
+    func members(of app: ProcessIdentity, uid: UInt32, visit: ((Pidfd) -> Bool)? = nil) -> [Pidfd] {
         guard let root = root(app) else { return [] }
         var left: [Int32] = []
         defer { excluded.formUnion(left) }
@@ -242,7 +244,7 @@ final class Enforcer {
         if let followed = tracked(app, [root.pid], false) {
             return followedMembers(of: app, root: root, first: followed, owner: owner, excluded: &left, visit: visit)
         }
-        let guarded: (Pidfd) -> Void = { if $0.pid != own { visit($0) } }
+        let guarded: (Pidfd) -> Void = { if $0.pid != own { _ = visit?($0) } }
         return ProcessTree.members(of: root, owner: owner, excluded: &left, visit: guarded).filter { $0.pid != own }
     }
 
@@ -255,19 +257,28 @@ final class Enforcer {
     /// whose event is read only after the app was stopped is stopped then (`forked`). With
     /// `owner`, only the processes that uid may signal itself.
     private func followedMembers(of app: ProcessIdentity, root: Pidfd, first: [Pidfd], owner: UInt32?,
-                                 excluded: inout [Int32], visit: (Pidfd) -> Void) -> [Pidfd] {
-        guard !root.hasExited else { return [] }
+                                 excluded: inout [Int32], visit: ((Pidfd) -> Bool)?) -> [Pidfd] {
+        // Its own process gone: nothing (its pidfd reports the exit). A visit tells by its
+        // signal; without one, the pidfd is polled.
+        if visit == nil, root.hasExited { return [] }
         var members: [Pidfd] = []
         var known: Set<Int32> = [ownPID]
         var next = [root] + first
         for _ in 0..<Self.maximumStopPasses {
             for pidfd in next where known.insert(pidfd.pid).inserted {
                 if let owner, !ProcessTree.belongs(pidfd, to: owner) {
+                    // As a walk: nothing of a root that is not the owner's (or is gone).
+                    if pidfd.pid == root.pid {
+                        if !root.hasExited { excluded.append(root.pid) }
+                        return []
+                    }
                     excluded.append(pidfd.pid)
-                    if pidfd.pid == root.pid { return [] }  // as a walk: nothing of a root that is not the owner's
                     continue
                 }
-                visit(pidfd)
+                if let visit, !visit(pidfd) {
+                    if pidfd.pid == root.pid { return [] }
+                    continue
+                }
                 members.append(pidfd)
             }
             next = tracked(app, known, true) ?? []
@@ -301,7 +312,7 @@ final class Enforcer {
     @discardableResult
     func stopTree(_ app: ProcessIdentity, uid: UInt32) -> [Pidfd] {
         guard unit(app) != nil else {
-            return members(of: app, uid: uid) { try? $0.send(signal: Signal.stop) }
+            return members(of: app, uid: uid) { $0.trySend(signal: Signal.stop) }
         }
         var stopped: [Int32: Pidfd] = [:]
         for _ in 0..<Self.maximumStopPasses {

@@ -103,4 +103,16 @@ public final class Pidfd: @unchecked Sendable {
         let fd = descriptor.rawValue
         try systemCall("pidfd_send_signal(\(pid), \(signal))") { pidfd_send_signal(fd, signal, nil, 0) }
     }
+
+    /// Sends `signal` to the process; false only if it has exited (`ESRCH`): the signal
+    /// tells what a poll of the pidfd (`hasExited`) would, without a system call of its own.
+    /// Any other failure (`EPERM`) leaves the process there.
+    public func trySend(signal: Int32) -> Bool {
+        do throws(Errno) {
+            try send(signal: signal)
+            return true
+        } catch {
+            return error.code != ESRCH
+        }
+    }
 }

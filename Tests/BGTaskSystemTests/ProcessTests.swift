@@ -38,6 +38,21 @@ import TestSupport
         #expect(Spawned.terminatingSignal(try child.wait(timeout: 5)) == SIGKILL)
     }
 
+    /// `trySend` says what a poll of the pidfd would, by the signal alone: a live process
+    /// takes it; one that has exited and been reaped is gone (`ESRCH`). A zombie still takes
+    /// signals, so it counts as there until reaped (its pidfd reports the exit meanwhile).
+    @Test func trySendTellsAProcessGoneByItsSignal() throws {
+        let child = try Spawned("/bin/sleep", ["60"])
+        #expect(child.pidfd.trySend(signal: SIGSTOP))
+        try waitUntil("stopped") { processState(child.pid) == "T" }
+        #expect(child.pidfd.trySend(signal: SIGKILL))
+        try waitUntil("exited") { child.pidfd.hasExited }
+        #expect(child.pidfd.trySend(signal: SIGCONT))  // a zombie, not yet reaped
+        _ = try child.wait(timeout: 5)
+        #expect(!child.pidfd.trySend(signal: SIGCONT))
+        #expect(child.pidfd.hasExited)
+    }
+
     @Test func pidfdRefusesInitAndNonsense() {
         for pid: Int32 in [1, 0, -1] {
             #expect(throws: Errno.self) { try Pidfd.open(pid: pid) }

@@ -225,6 +225,7 @@ func frames(_ method: String, _ pids: [Int32], _ parameters: [String: JSON]) -> 
     let lastStop = stops.values.max()!
     if ProcessInfo.processInfo.environment["BENCH_DEBUG"] != nil {
         let times = warned.map { Double($0.2 - firstDue) / 1e6 }.sorted()
+        say("debug: window \(firstDue) \(lastStop) ns (monotonic)")
         say("debug: first reply +\(Double(background.replies.min()! - background.start) / 1e6) ms; warnings \(times.count), first +\(times.first ?? -1), 100th +\(times.count > 99 ? times[99] : -1), last +\(times.last ?? -1)")
         let events = monitor.events()
         say("debug: events \(events.count): " + Dictionary(grouping: events, by: { $0.0 }).map { "\($0.key)=\($0.value.count)" }.joined(separator: " "))
