@@ -249,6 +249,9 @@ func frames(_ method: String, _ pids: [Int32], _ parameters: [String: JSON]) -> 
     let second = try Pipeline(daemon.socketPath, frames("SetAppState", pids, ["state": "background"]))
     let burstStops = ChildEvents.await(pids)
     let cpuPerApp = Double(daemon.child.cpuNanoseconds - cpuBefore) / 1e3 / Double(count)
+    if ProcessInfo.processInfo.environment["BENCH_DEBUG"] != nil {
+        say("debug: background window \(second.start) \(burstStops.values.max()!) ns (monotonic)")
+    }
     let resumed = try Pipeline(daemon.socketPath, frames("SetAppState", pids, ["state": "foreground"]))
     let burstContinues = ChildEvents.await(pids, continued: true)
 
