@@ -161,7 +161,7 @@ extension BackgroundModel {
         var processes: [SavedProcessChange] = []
         processes.reserveCapacity(apps.changedKeys.count)
         for identity in apps.changedKeys {
-            if let app = apps.read(identity, Self.saved) {
+            if let app = apps.peek(identity, { Self.saved($0) }) {
                 processes.append(.app(app))
             } else if let termination = terminating[identity] {
                 processes.append(.terminating(identity, termination))
@@ -172,7 +172,7 @@ extension BackgroundModel {
         var tasks: [SavedTaskChange] = []
         tasks.reserveCapacity(self.tasks.changedKeys.count)
         for id in self.tasks.changedKeys {
-            tasks.append(self.tasks.read(id, Self.saved).map { .task($0) } ?? .gone(id))
+            tasks.append(self.tasks.peek(id, { Self.saved($0) }).map { .task($0) } ?? .gone(id))
         }
         apps.clearChanges()
         self.tasks.clearChanges()

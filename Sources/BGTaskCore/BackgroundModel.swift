@@ -18,11 +18,14 @@ public struct BackgroundModel {
     public func isApp(_ process: ProcessIdentity) -> Bool { apps.contains(process) }
 
     /// The uid `process` runs for: its app's, or, for a process waiting for its `SIGKILL`,
-    /// the uid of the app it was. `nil` if the model does not know the process.
-    public func uid(of process: ProcessIdentity) -> UInt32? {
-        if let uid = apps.read(process, \.uid) { return uid }
+    /// the uid of the app it was. `nil` if the model does not know the process. Mutating
+    /// only to read the records where they lie (`peek`): a dictionary's getter hands out a
+    /// copy of the whole record, its strings and arrays retained and released.
+    public mutating func uid(of process: ProcessIdentity) -> UInt32? {
+        if let uid = apps.peek(process, { $0.uid }) { return uid }
         if let termination = terminating[process] { return termination.uid }
-        return tasksByOwner[process]?.first.flatMap { tasks[$0]?.uid }
+        guard let id = tasksByOwner[process]?.first else { return nil }
+        return tasks.peek(id) { $0.uid }
     }
 
     /// Background time used per app key, in the rolling window (`BackgroundModel+Quota`).

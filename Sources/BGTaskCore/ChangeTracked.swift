@@ -47,11 +47,6 @@ struct ChangeTracked<Key: Hashable, Value> {
     /// Whether `key` has a value, without the getter's copy of it.
     func contains(_ key: Key) -> Bool { dictionary.index(forKey: key) != nil }
 
-    /// A field of `key`'s value, read where it lies (the getter copies the whole value).
-    func read<T>(_ key: Key, _ field: (Value) -> T) -> T? {
-        dictionary.index(forKey: key).map { field(dictionary.values[$0]) }
-    }
-
     var count: Int { dictionary.count }
     var keys: Dictionary<Key, Value>.Keys { dictionary.keys }
     var values: Dictionary<Key, Value>.Values { dictionary.values }
