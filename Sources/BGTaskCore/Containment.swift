@@ -49,9 +49,16 @@ public enum AppUnit {
         return nil
     }
 
-    /// The unit's name: the last component of its cgroup path.
+    /// The unit's name: the last component of its cgroup path (trailing slashes ignored; a
+    /// path of slashes alone is itself). Found from the end, with no array of components:
+    /// every `SetAppState` of a unit app names its unit in the reply.
     public static func name(ofPath path: String) -> String {
-        String(path.split(separator: "/").last ?? Substring(path))
+        let bytes = path.utf8
+        var end = bytes.endIndex
+        while end > bytes.startIndex, bytes[bytes.index(before: end)] == UInt8(ascii: "/") { end = bytes.index(before: end) }
+        guard end > bytes.startIndex else { return path }
+        let start = bytes[..<end].lastIndex(of: UInt8(ascii: "/")).map { bytes.index(after: $0) } ?? bytes.startIndex
+        return String(path[start..<end])
     }
 }
 

@@ -19,6 +19,16 @@ import Testing
         #expect(AppUnit.of(cgroupPath: cgroup, daemonUnit: "/system.slice/bgtaskd.service") == unit)
     }
 
+    @Test func aUnitsNameIsTheLastComponentOfItsPath() {
+        let cases = ["/user.slice/user-1000.slice/app-foot-1.scope": "app-foot-1.scope", "app.scope": "app.scope",
+                     "/a/b/": "b", "a//": "a", "/": "/", "//": "//", "": "", "/é/ünit.scope": "ünit.scope"]
+        for (path, name) in cases {
+            #expect(AppUnit.name(ofPath: path) == name, "\(path)")
+            // The same as the last of its components, where it has one.
+            #expect(AppUnit.name(ofPath: path) == path.split(separator: "/").last.map(String.init) ?? path)
+        }
+    }
+
     @Test func unitNamesAreCheckedBeforeAnythingIsLookedUp() {
         #expect(AppUnit.refusal(ofName: "app-foo.scope") == nil)
         #expect(AppUnit.refusal(ofName: "getty@tty1.service") == nil)

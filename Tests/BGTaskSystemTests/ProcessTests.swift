@@ -133,6 +133,13 @@ import TestSupport
 
 /// The cgroup v2 freezer on a cgroup the test creates.
 @Suite(.serialized) struct CgroupTests {
+    @Test func frozenIsALineOfCgroupEvents() {
+        let yes = ["populated 1\nfrozen 1\n", "frozen 1", "frozen 1\npopulated 0\n", "\n\nfrozen 1\n\n"]
+        let no = ["populated 1\nfrozen 0\n", "frozen 10\n", "xfrozen 1\n", "frozen 1 \n", "", "\n", "frozen"]
+        for text in yes { #expect(Cgroup.isFrozen(events: Array(text.utf8)), "\(text)") }
+        for text in no { #expect(!Cgroup.isFrozen(events: Array(text.utf8)), "\(text)") }
+    }
+
     @Test func mountPointIsFoundInMountinfo() throws {
         let root = try #require(Cgroup.mountPoint)
         #expect(access(root + "/cgroup.procs", F_OK) == 0)

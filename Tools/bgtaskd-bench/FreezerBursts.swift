@@ -98,6 +98,9 @@ struct FreezerEvents {
     let background = try Pipeline(daemon.socketPath, frames("SetAppState", pids, ["state": "background"]))
     let frozenAt = try watched.await(frozen: true)
     let cpuPerApp = Double(daemon.child.cpuNanoseconds - cpuBefore) / 1e3 / Double(count)
+    if ProcessInfo.processInfo.environment["BENCH_DEBUG"] != nil {
+        say("debug: freeze window \(background.start) \(frozenAt) ns (monotonic)")
+    }
     let foreground = try Pipeline(daemon.socketPath, frames("SetAppState", pids, ["state": "foreground"]))
     let thawedAt = try watched.await(frozen: false)
     let freeze = try freezeLoop(directories, frozen: true)
