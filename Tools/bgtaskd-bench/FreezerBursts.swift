@@ -103,6 +103,9 @@ struct FreezerEvents {
     }
     let foreground = try Pipeline(daemon.socketPath, frames("SetAppState", pids, ["state": "foreground"]))
     let thawedAt = try watched.await(frozen: false)
+    // Stopped before the baselines: the daemon watches its unit apps' cgroup.events, and
+    // would wake for every freeze the C loop makes (a read each), taking CPU from the loop.
+    daemon.stop()
     let freeze = try freezeLoop(directories, frozen: true)
     let baselineFrozenAt = try watched.await(frozen: true)
     freeze.process.stop()
