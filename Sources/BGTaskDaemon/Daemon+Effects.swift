@@ -61,6 +61,7 @@ extension Daemon {
             case let .unwatch(process):
                 forgetWatch(process)
                 tracker?.stop(process)
+                enforcer.unwatchUnit(process)
             case let .log(entry):
                 log(entry)
             case let .due(wait):
@@ -103,6 +104,9 @@ extension Daemon {
         watches[process] = (pidfd, source)
         watchedByPID[process.pid] = process
         if model.containment(of: process) == .tracked { tracker?.follow(process, root: pidfd) }
+        if let unit = model.unit(of: process), model.settings(of: process).suspendMode != .signal {
+            enforcer.watchUnit(process, path: unit)
+        }
         isolateIfAllowed(process)
     }
 

@@ -20,7 +20,7 @@ extension Enforcer {
         }
         guard !cgroup.isRoot else { return .failure(.reason("it is in the root cgroup")) }
         if uid != 0 {
-            guard let owner = try? cgroup.freezeOwner(), owner == uid else {
+            guard let owner = try? cgroup.freezeOwner(parents: parents), owner == uid else {
                 return .failure(.reason("\(cgroup.directory) is not delegated to uid \(uid)"))
             }
         }
@@ -52,27 +52,58 @@ extension Enforcer {
 
     func freeze(_ app: ProcessIdentity, uid: UInt32, command: String, cgroup: Cgroup, at now: Int64) {
         do {
-            // Opened before the write: kernfs reports (`EPOLLPRI`) every change of the file
-            // after its open, so a freeze that completes before the watch is added is still
-            // reported when it is, and nothing need be read now. (A read right after the write
-            // found `frozen 0` nearly always, and with the read of the report it was a fifth of
-            // the daemon's time in a burst of freezes: `perf`.)
-            let events = try cgroup.openEvents()
-            try cgroup.setFrozen(true)
-            note(app, (.freezer(cgroup), command, uid), at: now)
-            let source = try group.add(events.rawValue, events: IOEvents.priority) { [unowned self] _ in
-                self.freezerChanged(app)
+            if freezerWatches[app]?.cgroup == cgroup {
+                freezerWatches[app]?.reported = false  // a unit's, held since its watch
+            } else {
+                // Opened before the write: kernfs reports (`EPOLLPRI`) every change of the
+                // file after its open, so a freeze that completes before the watch is added is
+                // still reported when it is, and nothing need be read now. (A read right after
+                // the write found `frozen 0` nearly always, and with the read of the report it
+                // was a fifth of the daemon's time in a burst of freezes: `perf`.)
+                freezerWatches[app] = try watch(cgroup, of: app, held: false)
             }
-            freezerWatches[app] = FreezerWatch(events: events, source: source)
+            try cgroup.setFrozen(true, parents: parents)
+            note(app, (.freezer(cgroup), command, uid), at: now)
             // The kernel freezes asynchronously: confirmed by cgroup.events, or the bound passes.
             pendingFreezes[app] = PendingFreeze(cgroup: cgroup, command: command, uid: uid)
             schedule(.freeze(app), now + Self.freezeBound)
         } catch {
             log(.notice, "App \(app) (\(command)) cannot be frozen: \(error); suspending with SIGSTOP")
-            try? cgroup.setFrozen(false)
+            try? cgroup.setFrozen(false, parents: parents)
             stopTree(app, uid: uid)
             note(app, (.signals, command, uid), at: now)
         }
+    }
+
+    /// `cgroup.events` of the app's cgroup, opened and added to the daemon's group.
+    private func watch(_ cgroup: Cgroup, of app: ProcessIdentity, held: Bool) throws(Errno) -> FreezerWatch {
+        let events = try cgroup.openEvents(parents: parents)
+        let source = try group.add(events.rawValue, events: IOEvents.priority) { [unowned self] _ in
+            self.freezerChanged(app)
+        }
+        return FreezerWatch(cgroup: cgroup, events: events, source: source, held: held)
+    }
+
+    /// Holds a unit app's `cgroup.events` open and watched from now until it exits (or is no
+    /// app): its freezes then open `cgroup.freeze` alone (each open of a kernfs file walks
+    /// the whole path and allocates its file: 36 µs of a freeze's ~80 in a burst of 9,872,
+    /// `perf`). The descriptor is one a freeze held anyway while the app was suspended.
+    /// Without one (the open failed, the limit on descriptors), a freeze opens its own.
+    func watchUnit(_ app: ProcessIdentity, path: String) {
+        guard freezerWatches[app] == nil, let cgroup = Cgroup.at(path: path) else { return }
+        freezerWatches[app] = try? watch(cgroup, of: app, held: true)
+        // Looked up now, so that the first freeze's open finds `cgroup.freeze` in the dentry
+        // cache: a kernfs file's first lookup allocates its dentry and inode (20 µs for an
+        // open and close by path then, 12 after, in a loop over 5,000 new cgroups).
+        _ = try? cgroup.freezeOwner(parents: parents)
+    }
+
+    /// The app is no longer watched (`unwatch`): its held `cgroup.events` is let go (when it
+    /// is not suspended; else when it is resumed).
+    func unwatchUnit(_ app: ProcessIdentity) {
+        guard freezerWatches[app]?.held == true else { return }
+        freezerWatches[app]?.held = false
+        if suspended[app] == nil { freezerWatches[app] = nil }
     }
 
     /// The pending freeze of `app`, removed, and its wait disarmed.
@@ -87,16 +118,24 @@ extension Enforcer {
         guard let pending = pendingFreezes.removeValue(forKey: app) else { return }
         if (try? pending.cgroup.isFrozen()) == true { return }
         log(.notice, "App \(app) (\(pending.command)): \(pending.cgroup.directory) not frozen within \(Self.freezeBound / 1_000_000)ms; suspending with SIGSTOP")
-        try? pending.cgroup.setFrozen(false)
+        try? pending.cgroup.setFrozen(false, parents: parents)
         stopTree(app, uid: pending.uid)
         note(app, (.signals, pending.command, pending.uid), at: now)
     }
 
-    /// A frozen (or freezing) app's `cgroup.events` changed.
+    /// A watched app's `cgroup.events` changed: a freeze confirmed, a thaw nobody asked for,
+    /// or (for a held one) anything else, such as `populated`.
     func freezerChanged(_ app: ProcessIdentity) {
-        guard let watch = freezerWatches[app], case let .freezer(cgroup)? = suspended[app]?.method else { return }
+        guard let watch = freezerWatches[app] else { return }
         // Reading the watched descriptor acknowledges the change, or kernfs keeps polling ready.
-        let frozen = (try? watch.events.readFromStart(upTo: 4096)).map(Cgroup.isFrozen(events:)) == true
+        // A read that fails (`ENODEV`: the cgroup was removed) ends the watch: nothing more
+        // can come from it (a pending freeze falls back to signals when its bound passes).
+        guard let events = try? watch.events.readFromStart(upTo: 4096) else {
+            freezerWatches[app] = nil
+            return
+        }
+        guard case let .freezer(cgroup)? = suspended[app]?.method else { return }
+        let frozen = Cgroup.isFrozen(events: events)
         if pendingFreezes[app] != nil {
             if frozen { _ = takePendingFreeze(of: app) }
             return
@@ -106,6 +145,6 @@ extension Enforcer {
             freezerWatches[app]?.reported = true
             log(.warning, "App \(app) (\(record.command)) was thawed while suspended (\(cgroup.directory)/cgroup.freeze set to 0 by someone else, or its slice thawed); freezing it again")
         }
-        try? cgroup.setFrozen(true)
+        try? cgroup.setFrozen(true, parents: parents)
     }
 }

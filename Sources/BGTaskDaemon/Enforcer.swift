@@ -27,10 +27,13 @@ final class Enforcer {
     /// A frozen app's `cgroup.events`, watched (`EPOLLPRI`, no periodic wake-up) for as long
     /// as it is suspended: to confirm the freeze, and to notice a thaw nobody asked bgtaskd
     /// for (the owner of a delegated unit writing `0` to its `cgroup.freeze`, systemd thawing
-    /// a slice's units), which is undone as a stray `SIGCONT` is.
+    /// a slice's units), which is undone as a stray `SIGCONT` is. A unit app's is `held`
+    /// from its watch to its exit (`watchUnit`): a freeze then opens one file, not two.
     struct FreezerWatch {
+        var cgroup: Cgroup
         var events: FileDescriptor
         var source: EventSource
+        var held = false
         /// Whether a thaw of this suspension was logged already (one line, not one per write).
         var reported = false
     }
@@ -62,6 +65,9 @@ final class Enforcer {
     /// iterations, each re-polling every file still ready (kernfs poll was the burst's top
     /// cost, perf).
     let group: IOGroup
+    /// The parents of the cgroups frozen and thawed, held: each `cgroup.freeze` is opened
+    /// from its parent (`CgroupParents`).
+    let parents = CgroupParents()
     let log: (LogEntry.Priority, String) -> Void
     /// Arms (an instant) or disarms (`nil`) one of the enforcement's waits: the model's timers.
     var schedule: (Wait, Int64?) -> Void = { _, _ in }
@@ -143,12 +149,12 @@ final class Enforcer {
         let record = suspended[app]
         note(app, nil, at: now)
         if let pending = takePendingFreeze(of: app) {
-            try? pending.cgroup.setFrozen(false)
+            try? pending.cgroup.setFrozen(false, parents: parents)
         }
         var thawed = false
         if case let .freezer(cgroup)? = record?.method {
             do {
-                try cgroup.setFrozen(false)
+                try cgroup.setFrozen(false, parents: parents)
                 thawed = true
             } catch {
                 log(.warning, "App \(app): cannot thaw \(cgroup.directory): \(error)")
@@ -170,7 +176,7 @@ final class Enforcer {
         note(app, nil, at: now)
         _ = takePendingFreeze(of: app)
         if let cgroup {
-            try? cgroup.setFrozen(false)
+            try? cgroup.setFrozen(false, parents: parents)
             if signal == Signal.kill, (try? cgroup.kill()) != nil { return }
         }
         // Stop the whole tree first so nothing forks its way out, then thaw and signal.
@@ -199,11 +205,12 @@ final class Enforcer {
     /// The app's own process is gone: nothing is left to resume, except what a frozen
     /// cgroup would keep frozen with nobody left to thaw it (the rest of a unit).
     func forget(_ app: ProcessIdentity, at now: Int64) {
-        if case let .freezer(cgroup)? = suspended[app]?.method { try? cgroup.setFrozen(false) }
-        if let pending = takePendingFreeze(of: app) { try? pending.cgroup.setFrozen(false) }
+        if case let .freezer(cgroup)? = suspended[app]?.method { try? cgroup.setFrozen(false, parents: parents) }
+        if let pending = takePendingFreeze(of: app) { try? pending.cgroup.setFrozen(false, parents: parents) }
         units[app] = nil
         sharedCgroupUntil[app] = nil
         note(app, nil, at: now)
+        freezerWatches[app] = nil
     }
 
     /// Whether the app looks suspended: its own process stopped, or its own cgroup frozen.
@@ -338,7 +345,7 @@ final class Enforcer {
     /// Notes how `app` is suspended (`nil`: it is not).
     func note(_ app: ProcessIdentity, _ record: (method: Method, command: String, uid: UInt32)?, at now: Int64) {
         suspended[app] = record
-        if case .freezer? = record?.method {} else { freezerWatches[app] = nil }
+        if case .freezer? = record?.method {} else if freezerWatches[app]?.held == false { freezerWatches[app] = nil }
         if record?.method == .signals { signalSuspended.insert(app) } else { signalSuspended.remove(app) }
         armStopCheck(at: now)
     }

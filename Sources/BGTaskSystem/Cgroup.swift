@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+import CSystemd
 import Glibc
 
 /// A cgroup v2 directory: freeze, thaw, kill, list its processes.
@@ -147,9 +148,10 @@ public struct Cgroup: Equatable, Sendable {
     }
 
     /// Asks the kernel to freeze (or thaw) every process in the subtree; it happens
-    /// asynchronously: see `isFrozen`. `cgroup.freeze`
-    public func setFrozen(_ frozen: Bool) throws(Errno) {
-        try write(frozen ? "1" : "0", to: "cgroup.freeze")
+    /// asynchronously: see `isFrozen`. `cgroup.freeze`, opened from its parent's descriptor
+    /// when `parents` holds one.
+    public func setFrozen(_ frozen: Bool, parents: CgroupParents? = nil) throws(Errno) {
+        try write(frozen ? "1" : "0", to: "cgroup.freeze", parents: parents)
     }
 
     /// Whether this cgroup's own `cgroup.freeze` says `1` (what was asked of it; `isFrozen`
@@ -179,7 +181,8 @@ public struct Cgroup: Equatable, Sendable {
 
     /// The uid that owns `cgroup.freeze`: the user this cgroup is delegated to (root for
     /// cgroups nobody delegated). `fstatat(2)`
-    public func freezeOwner() throws(Errno) -> UInt32 {
+    public func freezeOwner(parents: CgroupParents? = nil) throws(Errno) -> UInt32 {
+        if let parents { return try parents.owner(of: "cgroup.freeze", of: self) }
         var st = stat()
         let path = directory + "/cgroup.freeze"
         try systemCall("stat(\(path))") { stat(path, &st) }
@@ -200,14 +203,77 @@ public struct Cgroup: Equatable, Sendable {
     }
 
     /// A descriptor on `cgroup.events` that polls `EPOLLPRI` when the events change.
-    public func openEvents() throws(Errno) -> FileDescriptor {
-        let path = directory + "/cgroup.events"
-        return FileDescriptor(try systemCall("open(\(path))") { open(path, O_RDONLY | O_CLOEXEC) })
+    public func openEvents(parents: CgroupParents? = nil) throws(Errno) -> FileDescriptor {
+        try open("cgroup.events", O_RDONLY, parents: parents)
     }
 
-    private func write(_ value: String, to file: String) throws(Errno) {
-        let path = directory + "/" + file
-        let fd = FileDescriptor(try systemCall("open(\(path))") { open(path, O_WRONLY | O_CLOEXEC) })
-        _ = try fd.write(Array(value.utf8))
+    private func write(_ value: String, to file: String, parents: CgroupParents? = nil) throws(Errno) {
+        _ = try open(file, O_WRONLY, parents: parents).write(Array(value.utf8))
     }
+
+    private func open(_ file: String, _ flags: Int32, parents: CgroupParents?) throws(Errno) -> FileDescriptor {
+        if let parents { return try parents.open(file, of: self, flags) }
+        let path = directory + "/" + file
+        return FileDescriptor(try systemCall("open(\(path))") { Glibc.open(path, flags | O_CLOEXEC) })
+    }
+}
+
+/// Cgroup directories held open (`O_PATH`) to open their children's files from: a walk of
+/// two names instead of the whole path's (every component of a kernfs path is looked up and
+/// permission-checked; `/sys/fs/cgroup/user.slice/user-1000.slice/user@1000.service/app.slice/
+/// app-foot-42.scope/cgroup.freeze` is eight). The apps of a session share a parent (its
+/// `app.slice`), so a few are held, at most `limit` (all let go when it is reached). A
+/// cgroup's parent never changes (cgroup v2 renames nothing); a held directory removed and
+/// made again finds nothing, and is opened again once.
+public final class CgroupParents {
+    private var held: [String: FileDescriptor] = [:]
+    private let limit: Int
+
+    public init(limit: Int = 64) { self.limit = limit }
+
+    /// `file` of `cgroup`, opened with `flags` (and `O_CLOEXEC`) from its parent's descriptor.
+    /// `openat(2)`
+    public func open(_ file: String, of cgroup: Cgroup, _ flags: Int32) throws(Errno) -> FileDescriptor {
+        FileDescriptor(try relative(file, of: cgroup, "open") { openat($0, $1, flags | O_CLOEXEC) })
+    }
+
+    /// The uid that owns `file` of `cgroup`. `fstatat(2)`
+    public func owner(of file: String, of cgroup: Cgroup) throws(Errno) -> UInt32 {
+        var st = stat()
+        try relative(file, of: cgroup, "stat") { fstatat($0, $1, &st, 0) }
+        return st.st_uid
+    }
+
+    /// `call` on the directory descriptor of `cgroup`'s parent and the path of `file` from
+    /// it (the whole path and `AT_FDCWD` for a cgroup with no parent to hold).
+    private func relative(_ file: String, of cgroup: Cgroup, _ operation: String,
+                          _ call: (Int32, UnsafePointer<CChar>) -> Int32) throws(Errno) -> Int32 {
+        let directory = cgroup.directory
+        guard let slash = directory.utf8.lastIndex(of: UInt8(ascii: "/")), slash != directory.utf8.startIndex else {
+            let path = directory + "/" + file
+            return try systemCall("\(operation)(\(path))") { call(AT_FDCWD, path) }
+        }
+        let parent = String(directory[..<slash])
+        let relative = String(directory[directory.index(after: slash)...]) + "/" + file
+        var fresh = false
+        while true {
+            let dir: FileDescriptor
+            if let known = held[parent] {
+                dir = known
+            } else {
+                if held.count >= limit { held.removeAll() }
+                dir = FileDescriptor(try systemCall("open(\(parent))") { Glibc.open(parent, O_PATH | O_DIRECTORY | O_CLOEXEC) })
+                held[parent] = dir
+                fresh = true
+            }
+            let result = call(dir.rawValue, relative)
+            if result >= 0 { return result }
+            let error = Errno.current("\(operation)(\(directory)/\(file))")
+            guard error.code == EINTR || (error.code == ENOENT && !fresh) else { throw error }
+            if error.code == ENOENT { held[parent] = nil }  // perhaps removed and made again
+        }
+    }
+
+    /// How many directories are held (for tests).
+    public var count: Int { held.count }
 }

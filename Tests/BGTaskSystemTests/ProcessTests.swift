@@ -145,6 +145,45 @@ import TestSupport
         #expect(access(root + "/cgroup.procs", F_OK) == 0)
     }
 
+    /// Files of a cgroup opened from its parent's descriptor, held: the same files as by
+    /// path; a parent removed and made again is opened again; a missing file is an error.
+    @Test(.enabled(if: Capabilities.cgroupsWritable, "needs a writable cgroup v2 hierarchy (root)"))
+    func aCgroupsFilesOpenFromItsParentHeld() throws {
+        let parent = Cgroup.mountPoint! + "/bgtaskd-test-\(getpid())-parents"
+        let cgroup = Cgroup(directory: parent + "/app-1.scope")
+        func make() throws {
+            try systemCall("mkdir") { mkdir(parent, 0o755) }
+            try systemCall("mkdir") { mkdir(cgroup.directory, 0o755) }
+        }
+        try make()
+        defer {
+            rmdir(cgroup.directory)
+            rmdir(parent)
+        }
+        let parents = CgroupParents(limit: 2)
+        try cgroup.setFrozen(true, parents: parents)
+        try waitUntil("frozen 1") { try cgroup.isFrozen() }  // an empty cgroup freezes at once
+        #expect(try cgroup.freezeRequested())
+        #expect(parents.count == 1)
+        #expect(try cgroup.freezeOwner(parents: parents) == cgroup.freezeOwner())
+        let events = try cgroup.openEvents(parents: parents)
+        #expect(Cgroup.isFrozen(events: try events.readFromStart(upTo: 4096)))
+        try cgroup.setFrozen(false, parents: parents)
+        try waitUntil("frozen 0") { try !cgroup.isFrozen() }
+
+        // Removed and made again under the same names: the held descriptor finds nothing.
+        rmdir(cgroup.directory)
+        rmdir(parent)
+        try make()
+        try cgroup.setFrozen(true, parents: parents)
+        #expect(try cgroup.freezeRequested())
+        try cgroup.setFrozen(false, parents: parents)
+
+        #expect(throws: Errno.self) { try Cgroup(directory: parent + "/app-2.scope").setFrozen(true, parents: parents) }
+        #expect(throws: Errno.self) { try Cgroup(directory: parent + "-none/app-1.scope").setFrozen(true, parents: parents) }
+        #expect(parents.count <= 2)
+    }
+
     @Test(.enabled(if: Capabilities.cgroupsWritable, "needs a writable cgroup v2 hierarchy (root)"))
     func freezeThawAndKillACgroup() throws {
         let cgroup = Cgroup(directory: Cgroup.mountPoint! + "/bgtaskd-test-\(getpid())-freeze")
