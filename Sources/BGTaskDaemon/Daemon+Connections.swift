@@ -224,6 +224,8 @@ extension Daemon {
     /// already sent (their replies had filled the output buffer).
     func commit() -> [Connection] {
         var resumable: [Connection] = []
+        // Suspensions are whole before anything reporting them goes out.
+        enforcer.finishStops()
         while !touched.isEmpty {  // closing a connection can queue events for others
             writeState()
             // Two arrays taking turns: a copy, then emptying `touched`, allocated anew each pass.

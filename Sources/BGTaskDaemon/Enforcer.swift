@@ -93,6 +93,9 @@ final class Enforcer {
     var terminating: [ProcessIdentity: (pidfds: [Pidfd], cgroup: Cgroup?)] = [:]
     /// Processes left out of the action in progress because the owner could not signal them.
     var excluded: Set<Int32> = []
+    /// Tracked apps suspended whose last read is still to be made (`finishStops`), with the
+    /// pids visited.
+    private var unreadStops: [ProcessIdentity: Set<Int32>] = [:]
     /// Whether the next stray-`SIGCONT` check is armed.
     private var stopCheckArmed = false
     /// The apps suspended with signals (kept with `suspended`, so arming costs no scan).
@@ -141,7 +144,7 @@ final class Enforcer {
                 }
             }
         }
-        guard !stopTree(app, uid: uid).isEmpty else { return }  // gone: its pidfd reports the exit
+        guard !stopTree(app, uid: uid, readLater: true).isEmpty else { return }  // gone: its pidfd reports the exit
         note(app, (.signals, command, uid), at: now)
     }
 
@@ -241,7 +244,10 @@ final class Enforcer {
     /// (`ProcessTree`): stopping it there makes one walk catch every fork. It returns whether
     /// the process is still there (a signal sent through its pidfd says so: `ESRCH`), which
     /// spares a tracked app a poll of its own process's pidfd per action.
-    func members(of app: ProcessIdentity, uid: UInt32, visit: ((Pidfd) -> Bool)? = nil) -> [Pidfd] {
+    ///
+    /// With `readLater`, a tracked app's last read (what its members forked before their
+    /// stops) is left to `finishStops`, one read for every app stopped before it.
+    func members(of app: ProcessIdentity, uid: UInt32, readLater: Bool = false, visit: ((Pidfd) -> Bool)? = nil) -> [Pidfd] {
         guard let root = root(app) else { return [] }
         var left: [Int32] = []
         defer { excluded.formUnion(left) }
@@ -249,7 +255,11 @@ final class Enforcer {
         if let unit = unit(app) { return ProcessTree.members(of: unit, owner: owner, excluded: &left).filter { $0.pid != ownPID } }
         let own = ownPID
         if let followed = tracked(app, [root.pid], false) {
-            return followedMembers(of: app, root: root, first: followed, owner: owner, excluded: &left, visit: visit)
+            var known: Set<Int32> = [ownPID]
+            let members = followedMembers(of: app, root: root, next: [root] + followed, known: &known, owner: owner,
+                                          excluded: &left, visit: visit, reading: !readLater)
+            if readLater, !members.isEmpty { unreadStops[app] = known }
+            return members
         }
         let guarded: (Pidfd) -> Void = { if $0.pid != own { _ = visit?($0) } }
         return ProcessTree.members(of: root, owner: owner, excluded: &left, visit: guarded).filter { $0.pid != own }
@@ -263,14 +273,17 @@ final class Enforcer {
     /// read before the first visit found only what the read after it finds too). A fork
     /// whose event is read only after the app was stopped is stopped then (`forked`). With
     /// `owner`, only the processes that uid may signal itself.
-    private func followedMembers(of app: ProcessIdentity, root: Pidfd, first: [Pidfd], owner: UInt32?,
-                                 excluded: inout [Int32], visit: ((Pidfd) -> Bool)?) -> [Pidfd] {
+    ///
+    /// `next`: what to visit first; `known`: the pids visited (or left out) already. Without
+    /// `reading`, nothing is read: the caller reads later (`finishStops`).
+    private func followedMembers(of app: ProcessIdentity, root: Pidfd, next first: [Pidfd], known: inout Set<Int32>,
+                                 owner: UInt32?, excluded: inout [Int32], visit: ((Pidfd) -> Bool)?,
+                                 reading: Bool = true) -> [Pidfd] {
         // Its own process gone: nothing (its pidfd reports the exit). A visit tells by its
         // signal; without one, the pidfd is polled.
         if visit == nil, root.hasExited { return [] }
         var members: [Pidfd] = []
-        var known: Set<Int32> = [ownPID]
-        var next = [root] + first
+        var next = first
         for _ in 0..<Self.maximumStopPasses {
             for pidfd in next where known.insert(pidfd.pid).inserted {
                 if let owner, !ProcessTree.belongs(pidfd, to: owner) {
@@ -288,10 +301,35 @@ final class Enforcer {
                 }
                 members.append(pidfd)
             }
+            guard reading else { break }
             next = tracked(app, known, true) ?? []
             if next.isEmpty { break }
         }
         return members
+    }
+
+    /// The last read of every tracked app suspended since the previous call (`stopTree`'s
+    /// `readLater`), made once for all of them: the members they forked before their stops
+    /// are stopped too, as each app's own read would have (a burst of 10,000 suspensions
+    /// read the connector once per app, nearly always finding nothing). Called before
+    /// anything that reports a suspension goes out (`Daemon.commit`). An app resumed or
+    /// gone meanwhile is left alone.
+    func finishStops() {
+        guard !unreadStops.isEmpty else { return }
+        let apps = unreadStops
+        unreadStops = [:]
+        var reading = true  // the first read drains the connector for all
+        for (app, before) in apps {
+            guard let record = suspended[app], record.method == .signals, let root = root(app) else { continue }
+            guard let added = tracked(app, before, reading) else { continue }  // no longer followed
+            reading = false
+            guard !added.isEmpty else { continue }
+            var known = before, left: [Int32] = []
+            _ = followedMembers(of: app, root: root, next: added, known: &known, owner: record.uid == 0 ? nil : record.uid,
+                                excluded: &left, visit: { $0.trySend(signal: Signal.stop) })
+            excluded.formUnion(left)
+            reportExcluded(app, command: record.command, action: "suspended")
+        }
     }
 
     /// The tracker read a fork into `app`: if the app is suspended with signals, the child
@@ -316,10 +354,13 @@ final class Enforcer {
     /// app's tree in one walk, each process stopped before its children are read (see
     /// `ProcessTree.members`); a unit's cgroup pass after pass until no new process appears
     /// (a stopped process cannot fork, but its cgroup's list has no order to walk in).
+    ///
+    /// With `readLater` (a suspension: nothing it returns is acted on), a tracked app's last
+    /// read is left to `finishStops`.
     @discardableResult
-    func stopTree(_ app: ProcessIdentity, uid: UInt32) -> [Pidfd] {
+    func stopTree(_ app: ProcessIdentity, uid: UInt32, readLater: Bool = false) -> [Pidfd] {
         guard unit(app) != nil else {
-            return members(of: app, uid: uid) { $0.trySend(signal: Signal.stop) }
+            return members(of: app, uid: uid, readLater: readLater) { $0.trySend(signal: Signal.stop) }
         }
         var stopped: [Int32: Pidfd] = [:]
         for _ in 0..<Self.maximumStopPasses {
