@@ -86,8 +86,9 @@ extension Enforcer {
 
     /// Holds a unit app's `cgroup.events` open and watched from now until it exits (or is no
     /// app): its freezes then open `cgroup.freeze` alone (each open of a kernfs file walks
-    /// the whole path and allocates its file: 36 µs of a freeze's ~80 in a burst of 9,872,
-    /// `perf`). The descriptor is one a freeze held anyway while the app was suspended.
+    /// its path and allocates its file: the two opens were 29 % of the daemon's time in a
+    /// burst of 9,872 freezes, `perf`). The descriptor is one a freeze held anyway while the
+    /// app was suspended.
     /// Without one (the open failed, the limit on descriptors), a freeze opens its own.
     func watchUnit(_ app: ProcessIdentity, path: String) {
         guard freezerWatches[app] == nil, let cgroup = Cgroup.at(path: path) else { return }
