@@ -8,20 +8,13 @@ import TestSupport
 /// its exit, so that a freeze opens one kernfs file, not two. What it must not cost: a
 /// descriptor per freeze, or one that outlives the app (its cgroup removed under it too).
 extension ContainmentEndToEndTests {
-    /// The descriptors `pid` holds on `file`.
-    static func descriptors(of pid: Int32, on file: String) -> Int {
-        let directory = "/proc/\(pid)/fd"
-        guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return -1 }
-        return names.filter { (try? FileManager.default.destinationOfSymbolicLink(atPath: directory + "/" + $0)) == file }.count
-    }
-
     @Test func aUnitAppsEventsAreHeldFromItsRegistrationAndLetGoWithItsCgroup() throws {
         let unit = try TestUnit("held")
         let daemon = try TestDaemon()
         let app = try unit.spawn("echo ready; exec sleep 600")
         try app.expectLine("ready")
         let events = unit.cgroup.directory + "/cgroup.events"
-        let held = { Self.descriptors(of: daemon.process.pid, on: events) }
+        let held = { descriptorCount(of: daemon.process.pid, linkingTo: events) }
         #expect(held() == 0)
         try daemon.setState(app.pid, "foreground")  // registers it, a unit app
         #expect(try daemon.app(app.pid)?["containment"] == "unit")

@@ -26,12 +26,8 @@ extension TrackedContainmentTests {
     signal.pause()
     """#
 
-    /// The pidfds a process holds (`anon_inode:[pidfd]` in `/proc/PID/fd`).
-    static func pidfdCount(_ pid: Int32) -> Int {
-        let directory = "/proc/\(pid)/fd"
-        guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return -1 }
-        return names.filter { (try? FileManager.default.destinationOfSymbolicLink(atPath: directory + "/" + $0)) == "anon_inode:[pidfd]" }.count
-    }
+    /// The pidfds a process holds.
+    static func pidfdCount(_ pid: Int32) -> Int { descriptorCount(of: pid, linkingTo: "anon_inode:[pidfd]") }
 
     /// uid 65534's app forks 1,100 workers, more than the daemon keeps pidfds for (1,024): the
     /// daemon holds no more than that bound of them, and a suspension still stops every

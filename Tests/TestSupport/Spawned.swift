@@ -160,6 +160,17 @@ public func processState(_ pid: Int32) -> Character? {
     (try? ProcStat.read(pid: pid))?.state
 }
 
+/// How many of `pid`'s descriptors link to `target` in `/proc/PID/fd` (a file's path, or
+/// `anon_inode:[pidfd]`).
+public func descriptorCount(of pid: Int32, linkingTo target: String) -> Int {
+    let directory = "/proc/\(pid)/fd"
+    return ProcessTree.directoryNames(directory).filter { name in
+        var buffer = [CChar](repeating: 0, count: 4096)
+        let length = readlink(directory + "/" + name, &buffer, buffer.count - 1)
+        return length >= 0 && String(decoding: buffer[..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self) == target
+    }.count
+}
+
 /// Every process of the tree rooted at `root` (by pidfd), as the test sees it now.
 public func processTree(of root: Pidfd) -> [ProcStat] {
     ProcessTree.members(of: root).compactMap { try? ProcStat.read(pid: $0.pid) }
