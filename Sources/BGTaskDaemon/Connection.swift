@@ -53,6 +53,11 @@ final class Connection {
     private(set) var pendingOutputBytes = 0
     /// What the connection's user has waiting in all its connections.
     let account: OutputAccount
+    /// Its input is peeked and taken from the socket only once its replies went out
+    /// (`readInput`, `takeInput`): false where the kernel has no peek offset.
+    let peeks: Bool
+    /// Bytes peeked and not taken yet.
+    private(set) var peeked = 0
     private var ioEvents: UInt32 = 0
     private(set) var isClosed = false
     /// Whether the daemon has it in this pass's list of connections to flush.
@@ -72,6 +77,35 @@ final class Connection {
         self.peerPidfd = peerPidfd
         self.account = account
         self.framer = VarlinkFramer(maximumMessageBytes: maximumMessageBytes)
+        peeks = UnixSocket.enablePeekOffset(socket)
+    }
+
+    /// Reads what the peer sent into `buffer`: how many bytes, `nil` when nothing waits, 0
+    /// when the peer is gone. The bytes stay in the socket, peeked, until `takeInput`: the
+    /// kernel wakes whoever sleeps on an `AF_UNIX` stream when its peer takes what it sent
+    /// (`unix_write_space`), whatever the sleeper waits for, so a client blocked in `read(2)`
+    /// for its reply would be woken for nothing as its call is read, and again by the reply
+    /// a pass later. Taken right after the reply, the first wake-up is the reply's. A reader
+    /// has the connection in its pass's commit (`Daemon.touch`), which takes the input: left
+    /// in the socket, it would keep the connection ready for ever.
+    func readInput(into buffer: UnsafeMutableRawBufferPointer) throws(Errno) -> Int? {
+        guard peeks else { return try socket.readAvailable(into: buffer) }
+        let count = try socket.peekAvailable(into: buffer)
+        peeked += count ?? 0
+        return count
+    }
+
+    /// Takes from the socket what `readInput` peeked, `scratch` receiving it again. Returns
+    /// false if it cannot (the connection must be closed).
+    func takeInput(through scratch: UnsafeMutableRawBufferPointer) -> Bool {
+        guard peeked > 0 else { return true }
+        do {
+            try socket.consume(peeked, through: scratch)
+        } catch {
+            return false
+        }
+        peeked = 0
+        return true
     }
 
     /// Whether the connection takes another call now.
@@ -187,10 +221,11 @@ final class Connection {
     }
 
     /// Waits for what the connection can do next: input while it takes calls, output while
-    /// some waits or a listing goes on, and always the peer hanging up.
+    /// some waits or a listing goes on, and always the peer hanging up or sending
+    /// out-of-band data (`MSG_OOB`, which Varlink has no use for: `Daemon.handleIO`).
     func updateEvents() {
         guard !isClosed else { return }
-        var events = IOEvents.peerHangup
+        var events = IOEvents.peerHangup | IOEvents.priority
         if wantsInput { events |= IOEvents.readable }
         if pendingOutputBytes > 0 || listing != nil { events |= IOEvents.writable }
         if events != ioEvents {

@@ -45,6 +45,12 @@ extension Daemon {
 
     func handleIO(_ connection: Connection, events: UInt32) {
         touch(connection)
+        if events & IOEvents.priority != 0 {
+            // An out-of-band byte waits in the socket (`MSG_OOB`): peeks pass over it and
+            // leave it there, so the socket would poll readable for ever with nothing to read.
+            log(.notice, "Closing \(connection.id) (uid \(connection.credentials.uid)): out-of-band data")
+            return close(connection)
+        }
         if events & IOEvents.writable != 0 {
             // What waits was queued in an earlier pass, so its state is on disk already.
             guard connection.flush() else { return close(connection) }
@@ -53,7 +59,7 @@ extension Daemon {
         let gone = IOEvents.hangup | IOEvents.error | IOEvents.peerHangup
         if connection.wantsInput, events & (IOEvents.readable | gone) != 0 {
             do {
-                if let count = try connection.socket.readAvailable(into: readBuffer) {
+                if let count = try connection.readInput(into: readBuffer) {
                     if count == 0 { return close(connection) }
                     connection.framer.append(UnsafeRawBufferPointer(rebasing: readBuffer[..<count]))
                 }
@@ -152,6 +158,9 @@ extension Daemon {
 
     func close(_ connection: Connection) {
         guard !connection.isClosed else { return }
+        // What was read is taken, as a read takes it: a socket closed with input unread
+        // resets its peer (ECONNRESET) instead of ending its stream.
+        _ = connection.takeInput(through: readBuffer)
         connection.close()
         connections[connection.id] = nil
         if let app = connection.app { forgetConnection(connection.id, of: app) }
@@ -234,7 +243,9 @@ extension Daemon {
             for connection in committing {
                 connection.isTouched = false
                 guard !connection.isClosed else { continue }
-                guard connection.flush() else {
+                // The replies first, then the calls they answer taken from the socket: a
+                // client asleep for its reply is woken once (`Connection.readInput`).
+                guard connection.flush(), connection.takeInput(through: readBuffer) else {
                     close(connection)
                     continue
                 }

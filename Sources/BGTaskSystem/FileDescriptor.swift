@@ -51,6 +51,30 @@ public final class FileDescriptor: @unchecked Sendable {
         }
     }
 
+    /// Copies into `buffer` what a non-blocking socket has waiting, leaving it there
+    /// (`MSG_PEEK`; from the peek offset on, `UnixSocket.enablePeekOffset`): how many bytes,
+    /// `nil` when nothing is waiting, 0 at end of file. `recv(2)`
+    public func peekAvailable(into buffer: UnsafeMutableRawBufferPointer) throws(Errno) -> Int? {
+        let fd = rawValue
+        do {
+            return try systemCall("recv(MSG_PEEK)") { recv(fd, buffer.baseAddress, buffer.count, Int32(MSG_PEEK | MSG_DONTWAIT)) }
+        } catch {
+            if error.code == EAGAIN { return nil }
+            throw error
+        }
+    }
+
+    /// Takes `count` bytes already peeked off a socket's input, through `scratch`. `recv(2)`
+    public func consume(_ count: Int, through scratch: UnsafeMutableRawBufferPointer) throws(Errno) {
+        let fd = rawValue
+        var left = count
+        while left > 0 {
+            let taken = try systemCall("recv") { recv(fd, scratch.baseAddress, min(left, scratch.count), Int32(MSG_DONTWAIT)) }
+            guard taken > 0 else { throw Errno(EIO, "recv") }
+            left -= taken
+        }
+    }
+
     /// Writes as much of `bytes` as the descriptor takes now; returns how much.
     public func write<Bytes: Collection<UInt8>>(_ bytes: Bytes) throws(Errno) -> Int {
         let written: (count: Int, errno: Int32)? = bytes.withContiguousStorageIfAvailable { send($0) }

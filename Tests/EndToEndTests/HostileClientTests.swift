@@ -82,6 +82,36 @@ import Varlink
         try baseline.check(daemon)
     }
 
+    /// `MSG_OOB` bytes (Linux 5.15+ on `AF_UNIX` streams) are no part of Varlink: the
+    /// connection is closed, alone. (Left in the socket, one made it poll ready for ever: a
+    /// loop spinning at 100 % CPU.)
+    @Test func outOfBandBytesCloseTheConnectionAndNothingElse() throws {
+        let daemon = try TestDaemon()
+        let baseline = try Baseline(daemon)
+        let call = VarlinkCall(method: "io.bgtaskd.Manager.GetStatus").json.varlinkFrame
+        for split in [0, 10, call.count] {
+            let socket = try UnixSocket.connect(path: daemon.socketPath)
+            try socket.writeAll(call[..<split])
+            var byte = UInt8(ascii: "X")
+            guard send(socket.rawValue, &byte, 1, Int32(MSG_OOB)) == 1 else {
+                if errno == EOPNOTSUPP { return }  // a kernel without AF_UNIX OOB: nothing to test
+                throw TestFailure("send(MSG_OOB): \(errno)")
+            }
+            try socket.writeAll(call[split...])
+            var received: [UInt8] = [], closed = false
+            while !closed, try socket.waitReadable(timeoutMilliseconds: 5000) {
+                let chunk = (try? socket.read(upTo: 65536)) ?? []
+                received += chunk
+                closed = chunk.isEmpty
+            }
+            #expect(closed, "split at \(split): the connection left open")
+            // A call whole before the byte may have been answered; nothing after it is.
+            #expect(received.count { $0 == 0 } <= (split == call.count ? 1 : 0), "split at \(split)")
+        }
+        try baseline.check(daemon)
+        #expect(daemon.logged { $0.contains("out-of-band data") })
+    }
+
     @Test func aMessageSentOneByteAtATimeIsServed() throws {
         let daemon = try TestDaemon()
         let baseline = try Baseline(daemon)
