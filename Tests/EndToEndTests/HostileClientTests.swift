@@ -112,6 +112,31 @@ import Varlink
         #expect(daemon.logged { $0.contains("out-of-band data") })
     }
 
+    /// The same from uid 65534 (any user may connect to the system daemon): its own
+    /// connection closed at once, nothing else touched.
+    @Test(.enabled(if: getuid() == 0, "needs root to setpriv to uid 65534"))
+    func anUnprivilegedClientsOutOfBandByteClosesItsOwnConnection() throws {
+        let daemon = try TestDaemon()
+        let baseline = try Baseline(daemon)
+        let client = try Spawned("/usr/bin/setpriv", ["--reuid=\(Intruder.uid)", "--regid=\(Intruder.uid)", "--clear-groups",
+                                                      "/usr/bin/python3", "-c", """
+            import socket, sys
+            s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.settimeout(5)
+            s.send(b'{"method":"io.bgtaskd.Manager.GetStatus"'); s.send(b"X", socket.MSG_OOB)
+            try:
+                closed = s.recv(65536) == b""
+            except ConnectionResetError:
+                closed = True
+            except socket.timeout:
+                closed = False
+            print("closed" if closed else "left open", flush=True)
+            """, daemon.socketPath])
+        #expect(try client.readLine(timeout: 20) == "closed")
+        _ = try client.wait(timeout: 10)
+        #expect(daemon.logged { $0.contains("out-of-band data") && $0.contains("uid \(Intruder.uid)") })
+        try baseline.check(daemon)
+    }
+
     @Test func aMessageSentOneByteAtATimeIsServed() throws {
         let daemon = try TestDaemon()
         let baseline = try Baseline(daemon)
