@@ -26,6 +26,37 @@ import Varlink
         return bytes
     }
 
+    /// Input is peeked, and stays in the socket (`FIONREAD`) until taken; each
+    /// read returns what follows the last; the take removes exactly what was read, not what
+    /// came after it; the end of the stream reads as 0 once everything is read.
+    @Test func inputIsReadInOrderAndTakenOnlyWhenAsked() throws {
+        let (connection, peer) = try Self.pair()
+        #expect(connection.peeks)
+        func unread() -> Int32 {
+            var count: Int32 = -1
+            _ = ioctl(connection.socket.rawValue, UInt(FIONREAD), &count)
+            return count
+        }
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 4, alignment: 1)
+        defer { buffer.deallocate() }
+        func read() throws -> [UInt8]? {
+            try connection.readInput(into: buffer).map { Array(buffer[..<$0]) }
+        }
+        #expect(try read() == nil)
+        try peer.writeAll(Array("abcdef".utf8))
+        #expect(try read() == Array("abcd".utf8))
+        #expect(try read() == Array("ef".utf8))
+        #expect(try read() == nil)
+        #expect(connection.peeked == 6 && unread() == 6)
+        try peer.writeAll(Array("gh".utf8))
+        #expect(connection.takeInput(through: buffer))  // through a buffer smaller than what it takes
+        #expect(connection.peeked == 0 && unread() == 2)
+        #expect(try read() == Array("gh".utf8))
+        peer.close()
+        #expect(try read() == [])
+        #expect(connection.takeInput(through: buffer))
+    }
+
     /// Shared events and the connection's own replies, interleaved, go out joined in the
     /// order queued; a reply queued after a flush that joined them follows them.
     @Test func queuedChunksArriveInOrderJoinedOrNot() throws {
