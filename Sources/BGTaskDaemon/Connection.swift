@@ -69,15 +69,16 @@ final class Connection {
     /// The most read from the socket at once.
     static let readSize = 65536
 
+    /// `peeking: false` reads input as it comes, as on a kernel without a peek offset.
     init(id: ConnectionID, socket: FileDescriptor, credentials: PeerCredentials, peerPidfd: Pidfd?,
-         maximumMessageBytes: Int, account: OutputAccount) {
+         maximumMessageBytes: Int, account: OutputAccount, peeking: Bool = true) {
         self.id = id
         self.socket = socket
         self.credentials = credentials
         self.peerPidfd = peerPidfd
         self.account = account
         self.framer = VarlinkFramer(maximumMessageBytes: maximumMessageBytes)
-        peeks = UnixSocket.enablePeekOffset(socket)
+        peeks = peeking && UnixSocket.enablePeekOffset(socket)
     }
 
     /// Reads what the peer sent into `buffer`: how many bytes, `nil` when nothing waits, 0

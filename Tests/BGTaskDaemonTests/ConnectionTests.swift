@@ -9,14 +9,14 @@ import Varlink
 /// A connection's output on a real socket pair: what was queued arrives whole and in order,
 /// however it was queued and joined.
 @Suite struct ConnectionTests {
-    static func pair() throws -> (Connection, FileDescriptor) {
+    static func pair(peeking: Bool = true) throws -> (Connection, FileDescriptor) {
         var fds: [Int32] = [-1, -1]
         guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0, &fds) == 0 else {
             throw Errno(errno, "socketpair")
         }
         let connection = Connection(id: ConnectionID(1), socket: FileDescriptor(fds[0]),
                                     credentials: PeerCredentials(pid: getpid(), uid: getuid(), gid: getgid(), groups: []),
-                                    peerPidfd: nil, maximumMessageBytes: 1 << 16, account: OutputAccount())
+                                    peerPidfd: nil, maximumMessageBytes: 1 << 16, account: OutputAccount(), peeking: peeking)
         return (connection, FileDescriptor(fds[1]))
     }
 
@@ -55,6 +55,22 @@ import Varlink
         peer.close()
         #expect(try read() == [])
         #expect(connection.takeInput(through: buffer))
+    }
+
+    /// Where the kernel has no peek offset, input is read as it comes and there is nothing
+    /// to take.
+    @Test func withoutPeekingInputIsReadAsItComes() throws {
+        let (connection, peer) = try Self.pair(peeking: false)
+        #expect(!connection.peeks)
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 16, alignment: 1)
+        defer { buffer.deallocate() }
+        try peer.writeAll(Array("abc".utf8))
+        #expect(try connection.readInput(into: buffer) == 3)
+        var waiting: Int32 = -1
+        _ = ioctl(connection.socket.rawValue, UInt(FIONREAD), &waiting)
+        #expect(waiting == 0 && connection.peeked == 0)
+        #expect(connection.takeInput(through: buffer))
+        #expect(try connection.readInput(into: buffer) == nil)
     }
 
     /// Shared events and the connection's own replies, interleaved, go out joined in the
