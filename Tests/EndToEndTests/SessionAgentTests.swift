@@ -387,7 +387,10 @@ import Varlink
         #expect(replies.first?["parameters"]?["parameter"]?.stringValue == "reason")
         #expect(replies.last?["parameters"]?["app"]?["manager"]?.stringValue?.hasPrefix("python3[\(client.pid)]") == true
                 || replies.last?["parameters"]?["app"]?["manager"]?.stringValue == "python3[\(client.pid)]", "\(output)")
-        let line = daemon.log().first { $0.contains("App pid \(own.pid) (sleep) entered the background") }
+        // Written as the pass that replied ends (`TestDaemon.logged`): the reply may come first.
+        let entered = "App pid \(own.pid) (sleep) entered the background"
+        #expect(daemon.logged { $0.contains(entered) })
+        let line = daemon.log().first { $0.contains(entered) }
         #expect(line?.contains(#"(by python3["# ) == true && line?.contains(#"left\n\x1b[2Jworkspace 1)"#) == true, "\(line ?? "none")")
     }
 }
