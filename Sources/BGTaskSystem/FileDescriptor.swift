@@ -43,21 +43,21 @@ public final class FileDescriptor: @unchecked Sendable {
     /// nothing is waiting (`EAGAIN`), 0 at end of file. For a reader with a buffer of its own.
     public func readAvailable(into buffer: UnsafeMutableRawBufferPointer) throws(Errno) -> Int? {
         let fd = rawValue
-        do {
-            return try systemCall("read") { Glibc.read(fd, buffer.baseAddress, buffer.count) }
-        } catch {
-            if error.code == EAGAIN { return nil }
-            throw error
-        }
+        return try unlessWouldBlock("read") { Glibc.read(fd, buffer.baseAddress, buffer.count) }
     }
 
     /// Copies into `buffer` what a non-blocking socket has waiting, leaving it there
-    /// (`MSG_PEEK`; from the peek offset on, `UnixSocket.enablePeekOffset`): how many bytes,
-    /// `nil` when nothing is waiting, 0 at end of file. `recv(2)`
+    /// (`MSG_PEEK`; from the peek offset on, `UnixSocket.enablePeekOffset`): as
+    /// `readAvailable(into:)`. `recv(2)`
     public func peekAvailable(into buffer: UnsafeMutableRawBufferPointer) throws(Errno) -> Int? {
         let fd = rawValue
+        return try unlessWouldBlock("recv(MSG_PEEK)") { recv(fd, buffer.baseAddress, buffer.count, Int32(MSG_PEEK | MSG_DONTWAIT)) }
+    }
+
+    /// `call`'s result, `nil` for `EAGAIN` (nothing to do now on a non-blocking descriptor).
+    private func unlessWouldBlock(_ operation: String, _ call: () -> Int) throws(Errno) -> Int? {
         do {
-            return try systemCall("recv(MSG_PEEK)") { recv(fd, buffer.baseAddress, buffer.count, Int32(MSG_PEEK | MSG_DONTWAIT)) }
+            return try systemCall(operation, call)
         } catch {
             if error.code == EAGAIN { return nil }
             throw error

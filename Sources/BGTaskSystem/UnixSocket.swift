@@ -108,9 +108,9 @@ public enum UnixSocket {
         return FileDescriptor(fd)
     }
 
-    /// Makes `MSG_PEEK` reads move along the socket's input (`SO_PEEK_OFF`, Linux 4.x+ for
-    /// `AF_UNIX` streams): each peek returns what follows the last, and consuming reads move
-    /// the offset back. Returns false where the kernel does not offer it.
+    /// Makes `MSG_PEEK` reads move along the socket's input (`SO_PEEK_OFF`): each peek
+    /// returns what follows the last, and consuming reads move the offset back. Returns false
+    /// where the kernel does not offer it for the socket.
     public static func enablePeekOffset(_ socket: FileDescriptor) -> Bool {
         var offset: Int32 = 0
         return setsockopt(socket.rawValue, SOL_SOCKET, SO_PEEK_OFF, &offset, socklen_t(MemoryLayout<Int32>.size)) == 0

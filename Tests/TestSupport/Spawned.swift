@@ -193,6 +193,15 @@ public enum Capabilities {
         return (try? writeLastPID(String(decoding: bytes, as: UTF8.self).filter(\.isNumber))) != nil
     }()
 
+    /// `AF_UNIX` streams take out-of-band bytes (`MSG_OOB`, Linux 5.15+ with AF_UNIX_OOB).
+    public static let unixOutOfBand: Bool = {
+        var fds: [Int32] = [-1, -1]
+        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds) == 0 else { return false }
+        defer { close(fds[0]); close(fds[1]) }
+        var byte = UInt8(ascii: "X")
+        return send(fds[0], &byte, 1, Int32(MSG_OOB)) == 1
+    }()
+
     /// Sets the last pid handed out, so the next process gets the one after it.
     public static func writeLastPID(_ value: String) throws {
         let fd = FileDescriptor(try systemCall("open ns_last_pid") { open("/proc/sys/kernel/ns_last_pid", O_WRONLY) })
