@@ -316,7 +316,9 @@ public struct BackgroundModel {
     // MARK: Process watching
 
     /// Whether the daemon must watch `process` for its exit: it is an app, owns a task, or
-    /// is being terminated.
+    /// is being terminated. Inlined: called from the model's mutating methods, a method that
+    /// does not mutate is handed a copy of the whole model (688 bytes, a `memcpy` per call).
+    @inline(__always)
     func needsWatch(_ process: ProcessIdentity) -> Bool {
         apps[process] != nil || !(tasksByOwner[process]?.isEmpty ?? true) || terminating[process] != nil
     }
