@@ -46,8 +46,10 @@ struct TimerQueue {
     /// Every entry due at or before `now`, in no order, without removing any (the heap's
     /// due part is a subtree at its top: this costs what is due, not the whole heap).
     func due(at now: Instant) -> [Entry] {
+        // Nothing due (every call's pass asks, rule 7a): no walk, no allocation.
+        guard let top = heap.first, top.instant <= now else { return [] }
         var result: [Entry] = []
-        var stack = heap.isEmpty ? [] : [0]
+        var stack = [0]
         while let index = stack.popLast() {
             guard heap[index].instant <= now else { continue }
             result.append(heap[index])
