@@ -33,6 +33,24 @@ import Testing
         }
     }
 
+    /// Rule 7a's question, asked on every pass: which apps would firing what is due at an
+    /// instant terminate? None before the deadline (nothing due: the queue is not walked),
+    /// the app holding a task at it, none once its task has ended.
+    @Test func appsFacingTerminationAreThoseADueDeadlineWouldKill() throws {
+        var h = ModelHarness()
+        #expect(h.model.appsFacingTermination(at: .seconds(1000)).isEmpty)  // no timers at all
+        let holder = try h.app(pid: 100)
+        let task = try h.begin(holder)
+        h.at(1)  // granted
+        try h.background(holder)  // budget 30 s: the deadline at 31 s, the warning at 26 s
+        h.at(26.5)
+        #expect(h.model.appsFacingTermination(at: .seconds(30.9)).isEmpty)
+        #expect(h.model.appsFacingTermination(at: .seconds(31)) == [holder])
+        #expect(h.model.appsFacingTermination(at: .seconds(40)) == [holder])
+        try h.end(task, in: holder)
+        #expect(h.model.appsFacingTermination(at: .seconds(31)).isEmpty)
+    }
+
     @Test func ageWarningsFireForLiveTasksOnlyAndChurnLeavesNoTimers() throws {
         var h = ModelHarness { $0.taskAgeWarning = .seconds(30) }
         let app = try h.app()
