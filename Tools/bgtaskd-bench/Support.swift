@@ -53,8 +53,15 @@ let binaryDirectory: String = {
 final class RawClient {
     let socket: FileDescriptor
     var framer = VarlinkFramer(maximumMessageBytes: 1 << 30)
+    /// Waits with `poll(2)` for `POLLIN` before each read, as `libbgtask` and `BGTaskClient`
+    /// do, instead of sleeping in `read(2)`: a wake-up for write space (the server taking
+    /// what was sent) does not end that wait.
+    let pollsFirst: Bool
 
-    init(path: String) throws { socket = try UnixSocket.connect(path: path) }
+    init(path: String, pollsFirst: Bool = false) throws {
+        socket = try UnixSocket.connect(path: path)
+        self.pollsFirst = pollsFirst
+    }
 
     /// Sends one frame and returns the parsed reply.
     @discardableResult
@@ -62,6 +69,7 @@ final class RawClient {
         try socket.writeAll(frame)
         while true {
             if let message = try framer.next() { return try JSON.parse(message) }
+            if pollsFirst { _ = try socket.waitReadable(timeoutMilliseconds: -1) }
             let bytes = try socket.read(upTo: 1 << 20)
             if bytes.isEmpty { throw ClientError(.protocolError, "connection closed") }
             framer.append(bytes)
