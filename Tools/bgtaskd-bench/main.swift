@@ -145,6 +145,14 @@ _ = try echoOut.waitReadable(timeoutMilliseconds: 10_000)
 }
 
 let fast = ["GrantLatencyMinSec=0", "GrantLatencyMaxSec=0", "MaxConnectionsPerUser=4096", "MaxTasksPerApp=100000"]
+/// Round trips of bgtaskd and of the echo, as `bench-results.json` keeps them.
+func roundTripJSON(_ ours: Summary, _ base: Summary) -> JSON {
+    .object(["bgtaskd": ours.json, "echo": base.json, "ratioP50": .double(ours.p50 / base.p50), "ratioP99": .double(ours.p99 / base.p99)])
+}
+/// Their ratios, for a row with no target.
+func roundTripRatios(_ ours: Summary, _ base: Summary) -> String {
+    "×\(format(ours.p50 / base.p50, 2)) p50, ×\(format(ours.p99 / base.p99, 2)) p99"
+}
 if sections.contains("roundtrip") {
     let daemon = try BenchDaemon(fast)
     for pinned in [true, false] {
@@ -153,22 +161,20 @@ if sections.contains("roundtrip") {
         let ours = Summary(try roundTrips(daemon.socketPath, count: pairs))
         let base = Summary(try roundTrips(echoPath, count: pairs))
         let key = pinned ? "roundTripPinned" : "roundTripUnpinned"
-        results[key] = .object(["bgtaskd": ours.json, "echo": base.json, "ratioP50": .double(ours.p50 / base.p50),
-                                "ratioP99": .double(ours.p99 / base.p99)])
+        results[key] = roundTripJSON(ours, base)
         row("round trip Begin+End, \(pinned ? "pinned to 1 CPU" : "unpinned") (µs)", "\(ours)", "echo \(base)",
             pinned ? "p50 " + check(ours.p50 / base.p50, "≤", 1.5, key: "roundTripPinnedP50")
                 + ", p99 " + check(ours.p99 / base.p99, "≤", 1.5, key: "roundTripPinnedP99")
-                   : "×\(format(ours.p50 / base.p50, 2)) p50, ×\(format(ours.p99 / base.p99, 2)) p99")
+                   : roundTripRatios(ours, base))
         if pinned {
             // The target's client sleeps in read(2), and on one CPU the server's take of each
             // answered call wakes it for nothing (README, tenth round); the libraries' clients
             // poll first. For the record, not a target.
             let polling = Summary(try roundTrips(daemon.socketPath, count: pairs, pollsFirst: true))
             let pollingBase = Summary(try roundTrips(echoPath, count: pairs, pollsFirst: true))
-            results["roundTripPinnedPollingClient"] = .object(["bgtaskd": polling.json, "echo": pollingBase.json,
-                                                               "ratioP50": .double(polling.p50 / pollingBase.p50)])
+            results["roundTripPinnedPollingClient"] = roundTripJSON(polling, pollingBase)
             row("the same, a client polling before it reads, as the libraries do (µs)", "\(polling)", "echo \(pollingBase)",
-                "×\(format(polling.p50 / pollingBase.p50, 2)) p50, ×\(format(polling.p99 / pollingBase.p99, 2)) p99")
+                roundTripRatios(polling, pollingBase))
         }
     }
     var throughputs: [String: JSON] = [:]
