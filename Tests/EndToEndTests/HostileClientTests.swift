@@ -95,7 +95,13 @@ import Varlink
             try socket.writeAll(call[..<split])
             var byte = UInt8(ascii: "X")
             guard send(socket.rawValue, &byte, 1, Int32(MSG_OOB)) == 1 else { throw TestFailure("send(MSG_OOB): \(errno)") }
-            try socket.writeAll(call[split...])
+            do {
+                try socket.writeAll(call[split...])
+            } catch {
+                // The daemon closed the connection on the byte before the rest was sent:
+                // what is tested, sooner (CI saw EPIPE here once, at 6a748b3).
+                guard error.code == EPIPE || error.code == ECONNRESET else { throw error }
+            }
             var received: [UInt8] = [], closed = false
             while !closed, try socket.waitReadable(timeoutMilliseconds: 5000) {
                 let chunk = (try? socket.read(upTo: 65536)) ?? []
