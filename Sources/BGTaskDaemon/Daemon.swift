@@ -129,6 +129,7 @@ public final class Daemon {
 
         try listener.setNonBlocking()
         clients = try IOGroup(loop: loop) { [unowned self] in self.pass { _ in self.clients.dispatchReady() } }
+        clients.membersPerPass = Self.membersPerPass
         sources.append(try loop.addIO(listener.rawValue, events: IOEvents.readable) { [unowned self] _ in
             self.pass { _ in self.acceptConnections() }
         })
@@ -285,6 +286,10 @@ public final class Daemon {
 
     /// Timers fired between two commits (`pass`).
     static let timersPerSlice = 16
+    /// Ready connections and watched processes handled in one pass: more wait for the next
+    /// pass, which fires what fell due first (a thousand apps warned together end their
+    /// tasks together; the apps warned after them must not wait for all their ends).
+    static let membersPerPass = 8
 
     /// Fires what is due at `now` (at most `limit` timers); returns whether all was.
     @discardableResult

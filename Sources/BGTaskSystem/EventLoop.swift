@@ -167,8 +167,7 @@ public final class EventLoop {
         }
         guard !readyGroups.isEmpty else { return }
         for group in readyGroups {
-            group.onReady()
-            group.readyMembers.removeAll(keepingCapacity: true)
+            group.handleReady { wokeAt = Clock.monotonicNanoseconds() }
         }
         readyGroups.removeAll(keepingCapacity: true)
     }
@@ -360,14 +359,38 @@ public final class IOGroup {
         EventSource(loop: loop, token: try loop.add(fd, events: events, handler: handler, group: self), fd: fd)
     }
 
-    /// Runs the handler of every member the loop's wait found ready (at most
-    /// `EventLoop.maximumPerWait`). A member removed by an earlier handler in the same batch
-    /// is skipped.
+    /// The most ready members one `onReady` handles. The loop calls `onReady` again for the
+    /// rest, its clock read anew: a pass that handles a thousand members at once (apps
+    /// warned together, all ending their tasks) does not hold back the timers that fall due
+    /// meanwhile — each pass fires what is due first.
+    public var membersPerPass = Int.max
+    /// The first of `readyMembers` not handled yet.
+    fileprivate var nextReady = 0
+
+    /// Runs the handler of the next ready members the loop's wait found (at most
+    /// `membersPerPass` of them, and `EventLoop.maximumPerWait` in all). A member removed by
+    /// an earlier handler in the same batch is skipped.
     public func dispatchReady() {
-        for (token, events) in readyMembers {
+        let end = min(readyMembers.count, nextReady + membersPerPass)
+        while nextReady < end {
+            let (token, events) = readyMembers[nextReady]
+            nextReady += 1
             loop.member(token)?.handler?(events)
         }
+    }
+
+    /// Calls `onReady` until every ready member was handled, each call after the first at
+    /// `now`.
+    fileprivate func handleReady(now: () -> Void) {
+        onReady()
+        while nextReady < readyMembers.count {
+            let before = nextReady
+            now()
+            onReady()
+            if nextReady == before { break }  // an owner that does not dispatch
+        }
         readyMembers.removeAll(keepingCapacity: true)
+        nextReady = 0
     }
 }
 

@@ -122,6 +122,35 @@ import TestSupport
         withExtendedLifetime(sources) {}
     }
 
+    /// With `membersPerPass`, a wait's ready members are handled a few per `onReady`, every
+    /// one of them in the same iteration, and each `onReady` after the first sees the clock
+    /// read anew (the daemon fires what fell due at the start of each pass).
+    @Test func aGroupHandsItsReadyMembersOutAFewPerPass() throws {
+        let loop = try EventLoop()
+        var passes: [(now: Int64, handled: Int)] = []
+        var handled = 0
+        var group: IOGroup?
+        group = try IOGroup(loop: loop) {
+            let before = handled
+            group?.dispatchReady()
+            passes.append((loop.now, handled - before))
+        }
+        group!.membersPerPass = 2
+        let pipes = try (0..<5).map { _ in try Pipe() }
+        let sources = try pipes.map { pipe in
+            try group!.add(pipe.read.rawValue, events: IOEvents.readable) { _ in
+                handled += 1
+                var byte: UInt8 = 0
+                _ = read(pipe.read.rawValue, &byte, 1)
+            }
+        }
+        for pipe in pipes { pipe.fill() }
+        try turn(loop, until: "the group's passes") { !passes.isEmpty }
+        #expect(passes.map(\.handled) == [2, 2, 1])
+        #expect(zip(passes, passes.dropFirst()).allSatisfy { $0.now < $1.now })
+        withExtendedLifetime(sources) {}
+    }
+
     @Test func aRemovedMemberIsNotHeardAndItsSlotServesTheNext() throws {
         let loop = try EventLoop()
         let first = try Pipe(), second = try Pipe()
