@@ -167,7 +167,7 @@ public final class EventLoop {
         }
         guard !readyGroups.isEmpty else { return }
         for group in readyGroups {
-            group.handleReady { wokeAt = Clock.monotonicNanoseconds() }
+            group.handleReady(readClock: { wokeAt = Clock.monotonicNanoseconds() })
         }
         readyGroups.removeAll(keepingCapacity: true)
     }
@@ -371,7 +371,7 @@ public final class IOGroup {
     /// `membersPerPass` of them, and `EventLoop.maximumPerWait` in all). A member removed by
     /// an earlier handler in the same batch is skipped.
     public func dispatchReady() {
-        let end = min(readyMembers.count, nextReady + membersPerPass)
+        let end = nextReady + min(membersPerPass, readyMembers.count - nextReady)
         while nextReady < end {
             let (token, events) = readyMembers[nextReady]
             nextReady += 1
@@ -379,13 +379,13 @@ public final class IOGroup {
         }
     }
 
-    /// Calls `onReady` until every ready member was handled, each call after the first at
-    /// `now`.
-    fileprivate func handleReady(now: () -> Void) {
+    /// Calls `onReady` until every ready member was handled, each call after the first with
+    /// the clock read anew (`readClock`).
+    fileprivate func handleReady(readClock: () -> Void) {
         onReady()
         while nextReady < readyMembers.count {
             let before = nextReady
-            now()
+            readClock()
             onReady()
             if nextReady == before { break }  // an owner that does not dispatch
         }
