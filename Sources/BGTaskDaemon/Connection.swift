@@ -58,6 +58,14 @@ final class Connection {
     let peeks: Bool
     /// Bytes peeked and not taken yet.
     private(set) var peeked = 0
+    /// Peeks that found input since the last take.
+    private(set) var peeksSinceTake = 0
+    /// When input answered was last left in the socket (`Daemon.settleInput`), `nil` if none is.
+    var leftAt: Int64?
+    /// Input may wait in the socket that no edge will report (the socket is edge-triggered):
+    /// the last read filled the buffer, input was reported while no call was taken, or the
+    /// peer hung up after sending (reported once). `updateEvents` has the kernel look again.
+    var inputMayWait = false
     private var ioEvents: UInt32 = 0
     private(set) var isClosed = false
     /// Whether the daemon has it in this pass's list of connections to flush.
@@ -86,15 +94,24 @@ final class Connection {
     /// kernel wakes whoever sleeps on an `AF_UNIX` stream when its peer takes what it sent
     /// (`unix_write_space`), whatever the sleeper waits for, so a client blocked in `read(2)`
     /// for its reply would be woken for nothing as its call is read, and again by the reply
-    /// a pass later. Taken right after the reply, the first wake-up is the reply's. A reader
-    /// has the connection in its pass's commit (`Daemon.touch`), which takes the input: left
-    /// in the socket, it would keep the connection ready for ever.
+    /// a pass later. Taken after the reply, or a few calls later (`Daemon.settleInput`), the
+    /// client's wake-up is its reply's. A reader has the connection in its pass's commit
+    /// (`Daemon.touch`), which settles the input.
     func readInput(into buffer: UnsafeMutableRawBufferPointer) throws(Errno) -> Int? {
-        guard peeks else { return try socket.readAvailable(into: buffer) }
-        let count = try socket.peekAvailable(into: buffer)
-        peeked += count ?? 0
+        let count = peeks ? try socket.peekAvailable(into: buffer) : try socket.readAvailable(into: buffer)
+        inputMayWait = count == buffer.count
+        if peeks, let count, count > 0 {
+            peeked += count
+            peeksSinceTake += 1
+        }
         return count
     }
+
+    /// Input answered may stay in the socket while it is this small: a few calls, in a few
+    /// writes of the client (`Daemon.settleInput`). Each write is a buffer charged to the
+    /// client's socket until taken (about 768 bytes for a small one); a client polling for
+    /// `POLLOUT` waits while they exceed a quarter of its send buffer (53 KiB by default).
+    var mayLeaveInput: Bool { peeked <= 2048 && peeksSinceTake <= 8 }
 
     /// Takes from the socket what `readInput` peeked, `scratch` receiving it again. Returns
     /// false if it cannot (the connection must be closed).
@@ -106,6 +123,8 @@ final class Connection {
             return false
         }
         peeked = 0
+        peeksSinceTake = 0
+        leftAt = nil
         return true
     }
 
@@ -224,13 +243,17 @@ final class Connection {
     /// Waits for what the connection can do next: input while it takes calls, output while
     /// some waits or a listing goes on, and always the peer hanging up or sending
     /// out-of-band data (`MSG_OOB`, which Varlink has no use for: `Daemon.handleIO`).
+    /// Edge-triggered: input peeked and left in the socket (`Daemon.settleInput`) must not
+    /// report the socket ready at every wait; new input does.
     func updateEvents() {
         guard !isClosed else { return }
-        var events = IOEvents.peerHangup | IOEvents.priority
+        var events = IOEvents.edgeTriggered | IOEvents.peerHangup | IOEvents.priority
         if wantsInput { events |= IOEvents.readable }
         if pendingOutputBytes > 0 || listing != nil { events |= IOEvents.writable }
-        if events != ioEvents {
+        // Set again, the kernel looks at the socket at once: input waiting is reported.
+        if events != ioEvents || inputMayWait {
             ioEvents = events
+            inputMayWait = false
             source?.setIOEvents(events)
         }
     }

@@ -101,6 +101,16 @@ public final class Daemon {
     static let maximumSubscribersPerApp = 8
     var taskStreams: [TaskID: ConnectionID] = [:]
     var monitors: [ConnectionID] = []
+    /// Connections with input answered and left in the socket (`settleInput`), by when it
+    /// was left, from `inputLeftHead`; an entry whose instant is not its connection's `leftAt`
+    /// any more was taken, or left again later.
+    var inputLeft: [(connection: Connection, at: Int64)] = []
+    var inputLeftHead = 0
+    /// How long a connection's answered input may stay in its socket once it is idle: long
+    /// enough that a busy connection's is taken after its replies (a timer's take may find
+    /// its client asleep for the next reply), short enough for a client that cannot send
+    /// while its send buffer is full of small writes answered (a shrunken `SO_SNDBUF`).
+    static let takeDelay: Int64 = 10_000_000
     /// When the timer is armed to fire (`nil`: off).
     var timerArmedAt: Int64?
     var statusPending = false
@@ -264,6 +274,7 @@ public final class Daemon {
             next = inPlace { $0.nextDeadline() }
         }
         if let next { armTimer(at: next.nanoseconds) }
+        if !inputLeft.isEmpty, let take = takeInputLeft(before: now.nanoseconds - Self.takeDelay) { armTimer(at: take) }
     }
 
     /// Arms the one timer at `instant` if it is armed for later or not at all. Only for an

@@ -404,6 +404,8 @@ public enum IOEvents {
     public static let peerHangup = UInt32(EPOLLRDHUP.rawValue)
     /// Out-of-band: kernfs files such as `cgroup.events` report changes this way.
     public static let priority = UInt32(EPOLLPRI.rawValue)
+    /// Reported when the descriptor becomes ready, not for as long as it is (`EPOLLET`).
+    public static let edgeTriggered = UInt32(EPOLLET.rawValue)
 }
 
 /// 64 random bits from the kernel. `getrandom(2)`

@@ -60,6 +60,30 @@ import Varlink
         #expect(try read() == [])
     }
 
+    /// Input answered may be left in the socket while it is a few small writes: up to eight
+    /// peeks and 2 KiB; a ninth peek, or more bytes, must be taken (`Daemon.settleInput`). A
+    /// read that fills the buffer says more may wait (the socket is edge-triggered).
+    @Test func answeredInputMayStayWhileItIsAFewSmallWrites() throws {
+        let (connection, peer) = try Self.pair()
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 4096, alignment: 1)
+        defer { buffer.deallocate() }
+        for peeks in 1...9 {
+            try peer.writeAll(Array(repeating: UInt8(ascii: "a"), count: 100))
+            #expect(try connection.readInput(into: buffer) == 100)
+            #expect(connection.mayLeaveInput == (peeks <= 8) && !connection.inputMayWait, "after \(peeks) peeks")
+        }
+        #expect(connection.takeInput(through: buffer) && connection.mayLeaveInput)
+        try peer.writeAll(Array(repeating: UInt8(ascii: "b"), count: 2049))
+        #expect(try connection.readInput(into: buffer) == 2049)
+        #expect(!connection.mayLeaveInput)
+        #expect(connection.takeInput(through: buffer))
+        try peer.writeAll(Array(repeating: UInt8(ascii: "c"), count: 4097))
+        #expect(try connection.readInput(into: buffer) == 4096)
+        #expect(connection.inputMayWait)
+        #expect(try connection.readInput(into: buffer) == 1)
+        #expect(!connection.inputMayWait)
+    }
+
     /// Where the kernel has no peek offset, input is read as it comes and there is nothing
     /// to take.
     @Test func withoutPeekingInputIsReadAsItComes() throws {

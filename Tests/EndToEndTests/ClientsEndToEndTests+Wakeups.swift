@@ -48,9 +48,8 @@ extension ClientsEndToEndTests {
         #expect(sleeps <= calls * 6 / 5, "\(sleeps) sleeps in \(calls) round trips")
     }
 
-    /// What the daemon took from the socket is gone from the client's send queue
-    /// (`SIOCOUTQ`) once the reply is out: input peeked is taken, not left to poll ready
-    /// for ever.
+    /// What the daemon answered is gone from the client's send queue (`SIOCOUTQ`) in the end,
+    /// without another call: input peeked is taken, not left in the socket for ever.
     @Test func aCallsBytesAreTakenOnceItIsAnswered() throws {
         let daemon = try TestDaemon(["MaxMessageBytes=256K"])
         let socket = try UnixSocket.connect(path: daemon.socketPath)
@@ -67,6 +66,84 @@ extension ClientsEndToEndTests {
             replies += chunk.count { $0 == 0 }
         }
         try waitUntil("the calls taken from the socket") { Self.unread(socket) == 0 }
+        // A small call answered alone is left, then taken too once the connection is idle
+        // (`Daemon.takeDelay`).
+        try socket.writeAll(Array(status.utf8))
+        guard try socket.waitReadable(timeoutMilliseconds: 5000) else { throw TestFailure("no reply") }
+        _ = try socket.read(upTo: 65536)
+        try waitUntil("the last call taken from the socket") { Self.unread(socket) == 0 }
+    }
+
+    /// A client calling one call at a time has its calls left in the socket after their
+    /// replies, eight of them, and taken with the ninth's reply (`Daemon.settleInput`): a take
+    /// wakes a client asleep in `read(2)` for nothing. (Taken after every reply, at most one
+    /// call's bytes would be waiting after each.) An idle connection's are taken by a timer.
+    @Test func answeredCallsAreLeftInTheSocketAndTakenWithTheNinth() throws {
+        let daemon = try TestDaemon()
+        let socket = try UnixSocket.connect(path: daemon.socketPath)
+        let call = Array("{\"method\":\"io.bgtaskd.Manager.GetStatus\"}\0".utf8)
+        var reply = [UInt8](repeating: 0, count: 65536)
+        func roundTrip() throws {
+            try socket.writeAll(call)
+            var received = 0
+            repeat {
+                guard try socket.waitReadable(timeoutMilliseconds: 5000) else { throw TestFailure("no reply") }
+                let count = reply.withUnsafeMutableBytes { read(socket.rawValue, $0.baseAddress! + received, $0.count - received) }
+                guard count > 0 else { throw TestFailure("the daemon closed the connection (\(errno))") }
+                received += count
+            } while reply[received - 1] != 0
+        }
+        // The timer takes a connection's calls once it was idle for `Daemon.takeDelay` (10 ms):
+        // each call is left between the check before and the check after it, so while no two
+        // checks are 5 ms apart, none was taken by the timer. A slower run checks less.
+        var slow = false
+        var last = Clock.monotonicNanoseconds()
+        func quick() -> Bool {
+            let now = Clock.monotonicNanoseconds()
+            if now - last >= 5_000_000 { slow = true }
+            last = now
+            return !slow
+        }
+        // What one write costs its sender until taken (`SIOCOUTQ` counts buffers: 768 bytes
+        // for this call here).
+        try roundTrip()
+        let perCall = Self.unread(socket)
+        #expect(perCall >= call.count || !quick(), "after the first call, \(perCall) bytes waiting")
+        for calls in 2...8 {
+            try roundTrip()
+            let waiting = Self.unread(socket)
+            #expect(waiting == calls * perCall || !quick(), "after \(calls) calls, \(waiting) bytes waiting")
+        }
+        try roundTrip()
+        try waitUntil("the nine calls taken with the ninth's reply") { Self.unread(socket) == 0 }
+        (slow, last) = (false, Clock.monotonicNanoseconds())
+        try roundTrip()
+        let waiting = Self.unread(socket)
+        #expect(waiting == perCall || !quick(), "after the tenth call, \(waiting) bytes waiting")
+        if slow { print("answeredCallsAreLeftInTheSocketAndTakenWithTheNinth: a run slower than the timer, checked less") }
+    }
+
+    /// The socket is edge-triggered (`Connection.updateEvents`): a peer that sends its call
+    /// and hangs up is reported once, with both; the daemon answers, then sees the end of
+    /// its input and closes. A call cut short by the hang-up is closed on too.
+    @Test func aPeerThatHangsUpAfterItsCallIsAnsweredThenClosed() throws {
+        let daemon = try TestDaemon()
+        let call = Array("{\"method\":\"io.bgtaskd.Manager.GetStatus\"}\0".utf8)
+        for bytes in [call, call + call, Array(call.dropLast(5))] {
+            let socket = try UnixSocket.connect(path: daemon.socketPath)
+            try socket.writeAll(bytes)
+            #expect(shutdown(socket.rawValue, Int32(SHUT_WR)) == 0)
+            var received: [UInt8] = []
+            while true {
+                guard try socket.waitReadable(timeoutMilliseconds: 5000) else {
+                    throw TestFailure("the daemon kept the connection open after \(received.count { $0 == 0 }) replies")
+                }
+                let chunk = try socket.read(upTo: 65536)
+                if chunk.isEmpty { break }
+                received += chunk
+            }
+            #expect(received.count { $0 == 0 } == bytes.count { $0 == 0 })
+        }
     }
 
     /// The CPUs this thread may run on (`Cpus_allowed_list`).
