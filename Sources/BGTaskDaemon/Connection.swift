@@ -250,7 +250,9 @@ final class Connection {
         var events = IOEvents.edgeTriggered | IOEvents.peerHangup | IOEvents.priority
         if wantsInput { events |= IOEvents.readable }
         if pendingOutputBytes > 0 || listing != nil { events |= IOEvents.writable }
-        // Set again, the kernel looks at the socket at once: input waiting is reported.
+        // Set again, the kernel looks at the socket at once: input waiting is reported. (Room
+        // to write needs no such look: each buffer the peer reads reports it while there is
+        // room, `unix_write_space`, so a listing goes on as its client reads.)
         if events != ioEvents || inputMayWait {
             ioEvents = events
             inputMayWait = false

@@ -247,8 +247,8 @@ extension Daemon {
             for connection in committing {
                 connection.isTouched = false
                 guard !connection.isClosed else { continue }
-                // The replies first, then the calls they answer taken from the socket: a
-                // client asleep for its reply is woken once (`Connection.readInput`).
+                // The replies first, then the calls they answer taken from the socket, or left
+                // there a while (`settleInput`): a client asleep for its reply is woken by it.
                 guard connection.flush(), settleInput(connection) else {
                     close(connection)
                     continue
