@@ -26,17 +26,9 @@ extension ClientsEndToEndTests {
         let socket = try UnixSocket.connect(path: daemon.socketPath)
         // GetStatus: a pass long enough (a status built and encoded) for a wake-up taken
         // at the start of it to find the client asleep again before the reply.
-        let call = Array("{\"method\":\"io.bgtaskd.Manager.GetStatus\"}\0".utf8)
+        let call = Self.getStatus
         var reply = [UInt8](repeating: 0, count: 65536)
-        func roundTrip() throws {
-            try socket.writeAll(call)
-            var received = 0
-            repeat {
-                let count = reply.withUnsafeMutableBytes { read(socket.rawValue, $0.baseAddress! + received, $0.count - received) }
-                guard count > 0 else { throw TestFailure("the daemon closed the connection (\(errno))") }
-                received += count
-            } while reply[received - 1] != 0
-        }
+        func roundTrip() throws { try Self.roundTrip(socket, call, reply: &reply) }
         for _ in 0..<20 { try roundTrip() }  // the daemon's first calls allocate
         let calls = 300
         let before = Self.voluntarySwitches()
@@ -81,18 +73,9 @@ extension ClientsEndToEndTests {
     @Test func answeredCallsAreLeftInTheSocketAndTakenWithTheNinth() throws {
         let daemon = try TestDaemon()
         let socket = try UnixSocket.connect(path: daemon.socketPath)
-        let call = Array("{\"method\":\"io.bgtaskd.Manager.GetStatus\"}\0".utf8)
+        let call = Self.getStatus
         var reply = [UInt8](repeating: 0, count: 65536)
-        func roundTrip() throws {
-            try socket.writeAll(call)
-            var received = 0
-            repeat {
-                guard try socket.waitReadable(timeoutMilliseconds: 5000) else { throw TestFailure("no reply") }
-                let count = reply.withUnsafeMutableBytes { read(socket.rawValue, $0.baseAddress! + received, $0.count - received) }
-                guard count > 0 else { throw TestFailure("the daemon closed the connection (\(errno))") }
-                received += count
-            } while reply[received - 1] != 0
-        }
+        func roundTrip() throws { try Self.roundTrip(socket, call, reply: &reply) }
         // The timer takes a connection's calls once it was idle for `Daemon.takeDelay` (10 ms):
         // each call is left between the check before and the check after it, so while no two
         // checks are 5 ms apart, none was taken by the timer. A slower run checks less.
@@ -128,7 +111,7 @@ extension ClientsEndToEndTests {
     /// its input and closes. A call cut short by the hang-up is closed on too.
     @Test func aPeerThatHangsUpAfterItsCallIsAnsweredThenClosed() throws {
         let daemon = try TestDaemon()
-        let call = Array("{\"method\":\"io.bgtaskd.Manager.GetStatus\"}\0".utf8)
+        let call = Self.getStatus
         for bytes in [call, call + call, Array(call.dropLast(5))] {
             let socket = try UnixSocket.connect(path: daemon.socketPath)
             try socket.writeAll(bytes)
@@ -144,6 +127,20 @@ extension ClientsEndToEndTests {
             }
             #expect(received.count { $0 == 0 } == bytes.count { $0 == 0 })
         }
+    }
+
+    static let getStatus = Array("{\"method\":\"io.bgtaskd.Manager.GetStatus\"}\0".utf8)
+
+    /// Sends `call` and reads its reply into `reply`, blocked in `read(2)` (not polling first:
+    /// what the wake-ups above are about).
+    static func roundTrip(_ socket: FileDescriptor, _ call: [UInt8], reply: inout [UInt8]) throws {
+        try socket.writeAll(call)
+        var received = 0
+        repeat {
+            let count = reply.withUnsafeMutableBytes { read(socket.rawValue, $0.baseAddress! + received, $0.count - received) }
+            guard count > 0 else { throw TestFailure("the daemon closed the connection (\(errno))") }
+            received += count
+        } while reply[received - 1] != 0
     }
 
     /// The CPUs this thread may run on (`Cpus_allowed_list`).
