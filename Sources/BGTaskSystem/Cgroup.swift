@@ -139,9 +139,7 @@ public struct Cgroup: Equatable, Sendable {
         var result: [String] = []
         while let entry = readdir(dir) {
             guard entry.pointee.d_type == UInt8(DT_DIR) else { continue }
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
-            }
+            let name = entryName(entry)
             if name != ".", name != ".." { result.append(directory + "/" + name) }
         }
         return result

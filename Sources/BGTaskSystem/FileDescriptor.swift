@@ -162,6 +162,14 @@ public final class FileDescriptor: @unchecked Sendable {
     }
 }
 
+/// The name of a `readdir(3)` entry, read from the entry up to its NUL. A record is only as
+/// long as its name (`d_reclen`): copying `d_name` whole (256 bytes) read past the last
+/// record of the directory's buffer (AddressSanitizer: heap-buffer-overflow).
+public func entryName(_ entry: UnsafeMutablePointer<dirent>) -> String {
+    let name = UnsafeRawPointer(entry) + MemoryLayout<dirent>.offset(of: \dirent.d_name)!
+    return String(cString: name.assumingMemoryBound(to: CChar.self))
+}
+
 /// Reads a whole (small) file such as `/proc/PID/stat`.
 ///
 /// `shortReadEnds`: a read that returns less than asked is the last. True of the kernel's

@@ -71,7 +71,7 @@ public final class SystemConditions {
         defer { closedir(dir) }
         var names: [String] = []
         while let entry = readdir(dir), names.count < 256 {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            let name = entryName(entry)
             if !name.hasPrefix(".") { names.append(name) }
         }
         return names.sorted()

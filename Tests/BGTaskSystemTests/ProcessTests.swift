@@ -27,6 +27,25 @@ import TestSupport
         #expect(own.pid == getpid() && own.parentPID == getppid() && !own.command.isEmpty)
     }
 
+    /// Every name of a directory, of every length from 1 to 255 bytes, read whole: a name is
+    /// read from its own record, which is only as long as it (copying `d_name` whole read past
+    /// the last record of glibc's buffer; `make sanitize` caught it in a unit lookup by name).
+    @Test func directoryNamesOfEveryLengthAreReadWhole() throws {
+        var template = Array("/tmp/bgtaskd-names-XXXXXX".utf8CString)
+        let directory = try #require(template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }.map { String(cString: $0) })
+        let names = (1...255).map { String(repeating: Character(UnicodeScalar(UInt8(97 + $0 % 26))), count: $0) }
+        defer {
+            for name in names { unlink(directory + "/" + name) }
+            rmdir(directory)
+        }
+        for name in names {
+            let fd = open(directory + "/" + name, O_CREAT | O_WRONLY | O_CLOEXEC, 0o600)
+            #expect(fd >= 0)
+            close(fd)
+        }
+        #expect(ProcessTree.directoryNames(directory).sorted() == names.sorted())
+    }
+
     @Test func pidfdSignalsStopAndContinueTheChild() throws {
         let child = try Spawned("/bin/sleep", ["60"])
         #expect(child.pidfd.startTime == (try ProcStat.read(pid: child.pid)).startTime)

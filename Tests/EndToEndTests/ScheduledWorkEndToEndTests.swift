@@ -149,7 +149,7 @@ import Varlink
                 _ = try connection.call("io.bgtaskd.App.SubmitTaskRequest", parameters)
                 return nil
             } catch {
-                return (error as? ClientError)?.varlinkError?.name ?? "\(error)"
+                return error.varlinkError?.name ?? "\(error)"  // call throws ClientError
             }
         }
         let good: [String: JSON] = ["identifier": "org.example.p", "kind": "processing"]

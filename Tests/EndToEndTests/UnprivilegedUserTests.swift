@@ -42,7 +42,7 @@ final class DelegatedSubtree {
         guard let dir = opendir(directory) else { return }
         var children: [String] = []
         while let entry = readdir(dir) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            let name = entryName(entry)
             if entry.pointee.d_type == UInt8(DT_DIR), name != ".", name != ".." { children.append(directory + "/" + name) }
         }
         closedir(dir)

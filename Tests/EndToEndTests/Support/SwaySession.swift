@@ -127,13 +127,4 @@ func writeFile(_ path: String, _ bytes: [UInt8]) throws {
 }
 
 /// The names in `directory`, without `.` and `..`.
-func directoryEntries(_ directory: String) -> [String] {
-    guard let dir = opendir(directory) else { return [] }
-    defer { closedir(dir) }
-    var names: [String] = []
-    while let entry = readdir(dir) {
-        let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-        if name != ".", name != ".." { names.append(name) }
-    }
-    return names
-}
+func directoryEntries(_ directory: String) -> [String] { ProcessTree.directoryNames(directory) }
