@@ -402,8 +402,11 @@ final class Enforcer {
         for _ in 0..<Self.appsPerStopCheck {
             guard let app = sweep.popLast() else { break }
             guard let record = suspended[app], record.method == .signals else { continue }
+            // 'D' is no sign of a resumption: a shell that vforked a child stopped before its
+            // exec waits for it uninterruptibly for as long as it is stopped, and a process
+            // continued while in 'D' shows 'R' or 'S' at a later look.
             let running = members(of: app, uid: record.uid).compactMap { try? ProcStat.read(pid: $0.pid) }
-                .filter { !["T", "t", "Z", "X"].contains($0.state) }
+                .filter { !["T", "t", "Z", "X", "D"].contains($0.state) }
             guard let first = running.first else { continue }
             log(.warning, "App \(app) (\(record.command)) was resumed while suspended (pid \(first.pid) is '\(first.state)', a stray SIGCONT?); stopping it again")
             stopTree(app, uid: record.uid)
