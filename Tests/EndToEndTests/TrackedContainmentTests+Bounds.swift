@@ -46,6 +46,10 @@ extension TrackedContainmentTests {
         #expect(workers.count == 1100)
         try daemon.setState(app.pid, "background")
         try waitUntil("every worker stopped", timeout: 20) { workers.allSatisfy { processState($0.pid) == "T" } }
+        // The last worker stops while the suspension's pass still holds what it opened
+        // beyond the bound (a slow daemon, e.g. under AddressSanitizer, was counted there at
+        // 1,101): a call answered after it is a pass later.
+        _ = try daemon.apps()
         let during = Self.pidfdCount(daemon.process.pid)
         // The bound, the app's own pidfd and a few a call holds for a moment.
         #expect(held >= 0 && during - held <= 1024 + 8, "the daemon held \(held) pidfds before, \(during) after")
