@@ -138,11 +138,11 @@ public class BGTaskRequest: @unchecked Sendable, CustomStringConvertible {
     public var description: String { "\(kind) request \(identifier)" }
 }
 
-public final class BGAppRefreshTaskRequest: BGTaskRequest {
+public final class BGAppRefreshTaskRequest: BGTaskRequest, @unchecked Sendable {
     public override init(identifier: String) { super.init(identifier: identifier) }
 }
 
-public final class BGProcessingTaskRequest: BGTaskRequest {
+public final class BGProcessingTaskRequest: BGTaskRequest, @unchecked Sendable {
     public var requiresExternalPower = false
     public var requiresNetworkConnectivity = false
     override var kind: String { "processing" }

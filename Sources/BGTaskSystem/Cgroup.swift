@@ -244,6 +244,7 @@ public final class CgroupParents {
 
     /// `call` on the directory descriptor of `cgroup`'s parent and the path of `file` from
     /// it (the whole path and `AT_FDCWD` for a cgroup with no parent to hold).
+    @discardableResult
     private func relative(_ file: String, of cgroup: Cgroup, _ operation: String,
                           _ call: (Int32, UnsafePointer<CChar>) -> Int32) throws(Errno) -> Int32 {
         let directory = cgroup.directory

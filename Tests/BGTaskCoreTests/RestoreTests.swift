@@ -25,7 +25,7 @@ import Testing
         try h.begin(apps["running"]!, "upload")
         try h.begin(apps["expiring"]!, "sync")
         let helper = h.process(pid: 200, ancestors: [apps["helped"]!])
-        try h.model.beginTask(in: apps["helped"]!, owner: helper.identity, name: "helper", expirationHandler: false,
+        _ = try h.model.beginTask(in: apps["helped"]!, owner: helper.identity, name: "helper", expirationHandler: false,
                               connection: nil, at: h.now, effects: &h.effects)
         h.at(2)
         try h.background(apps["expiring"]!)

@@ -28,8 +28,9 @@ extension UnprivilegedUserTests {
         let line = try #require(try spoof.readLine(timeout: 10))
         let spoofPID = try #require(Int32(line))
         var link = [CChar](repeating: 0, count: 256)
-        _ = readlink("/proc/\(spoofPID)/exe", &link, 255)
-        #expect(String(cString: link) == "/usr/bin/sleep")  // what the kernel's link says
+        let length = readlink("/proc/\(spoofPID)/exe", &link, 255)
+        // What the kernel's link says.
+        #expect(String(decoding: link.prefix(max(0, length)).map { UInt8(bitPattern: $0) }, as: UTF8.self) == "/usr/bin/sleep")
         try waitUntil("the genuine sleep runs as 65534") { (try? ProcStatus.uids(pid: genuine.pid))?.real == 65534 }
         for pid in [genuine.pid, spoofPID] {
             #expect(try daemon.ctl(["foreground", String(pid)], asUser: 65534).0 == 0)

@@ -108,7 +108,7 @@ import Varlink
         }
     }
     let monitorDeadline = now() + 3_000_000_000
-    while now() < monitorDeadline, monitor.events().filter { $0.0 == "terminated" }.count < probes {
+    while now() < monitorDeadline, monitor.events().filter({ $0.0 == "terminated" }).count < probes {
         Thread.sleep(forTimeInterval: 0.01)  // poll interval while the last terminations arrive
     }
     while now() < monitorDeadline, relay.lateness.withLock({ $0.count }) < 3 * probes {
