@@ -93,6 +93,9 @@ final class Enforcer {
     var terminating: [ProcessIdentity: (pidfds: [Pidfd], cgroup: Cgroup?)] = [:]
     /// Processes left out of the action in progress because the owner could not signal them.
     var excluded: Set<Int32> = []
+    /// Members left out of the action in progress because the daemon was out of descriptors
+    /// (`Tracker.unopened`): tried again at the next action.
+    var unreached: Set<Int32> = []
     /// Tracked apps suspended whose last read is still to be made (`finishStops`), with the
     /// pids visited.
     private var unreadStops: [ProcessIdentity: Set<Int32>] = [:]
@@ -168,6 +171,7 @@ final class Enforcer {
         // not stopped: a walk would find nothing to do (it was most of a thaw's time).
         if !thawed { signalTree(app, uid: uid, Signal.continue) }
         excluded = []
+        unreached = []
     }
 
     /// Thaws, then sends `signal` to every process of the app. For a catchable signal the
@@ -344,6 +348,10 @@ final class Enforcer {
 
     /// Logs, once per action, the processes of an app's tree that its owner could not signal.
     func reportExcluded(_ app: ProcessIdentity, command: String, action: String) {
+        if !unreached.isEmpty {
+            log(.warning, "App \(app) (\(command)): \(unreached.count) of its processes not \(action): bgtaskd is out of descriptors (one is held per process for the length of an action; raise its LimitNOFILE=); they are tried again at the next action")
+            unreached = []
+        }
         guard !excluded.isEmpty else { return }
         let pids = excluded.sorted().map(String.init).joined(separator: ", ")
         log(.warning, "App \(app) (\(command)): pid \(pids) not \(action): the app's owner could not signal it, and bgtaskd does not lend it the right")

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 import BGTaskCore
 import BGTaskSystem
+import Glibc
 
 /// Process apps whose forks are followed as they happen (containment `tracked`): a process
 /// forked by a member is a member, wherever it re-parents afterwards — a double fork or
@@ -40,6 +41,9 @@ final class Tracker {
     let maximumHeld = min(1024, max(16, Host.descriptorLimit / 16))
     /// Called each time the kernel dropped events (a burst beyond the socket buffer).
     let lost: () -> Void
+    /// Called for a member that could not be opened for want of descriptors (`EMFILE`,
+    /// `ENFILE`, `ENOMEM`): it is left out of what `members(of:)` hands out, not forgotten.
+    var unopened: (ProcessIdentity, Int32) -> Void = { _, _ in }
     /// Called for each process seen forked into an app, with its parent's pid, as its event
     /// is read: a fork whose event came after the app was stopped is stopped then
     /// (`Enforcer.forked`), since the app's members are this set, not a walk.
@@ -93,11 +97,24 @@ final class Tracker {
                 result.append(pidfd)
                 continue
             }
-            guard let pidfd = try? Pidfd.open(pid: pid), pidfd.startTime == identity.startTime,
-                  pidfd.inode == identity.inode else {
+            let opened: Pidfd
+            do {
+                opened = try Pidfd.open(pid: pid)
+            } catch where Self.isShortage(error) {
+                // The daemon is out of descriptors (an app with more processes than its
+                // limit, every one held for the length of the action): not handed out this
+                // time, and kept, to be tried again at the next action.
+                unopened(app, pid)
+                continue
+            } catch {
+                forget(pid)  // gone (its exit event is still to be read)
+                continue
+            }
+            guard opened.startTime == identity.startTime, opened.inode == identity.inode else {
                 forget(pid)  // exited, its exit event lost: not the process that was forked
                 continue
             }
+            let pidfd = opened
             hold(pidfd, of: app)
             result.append(pidfd)
         }
@@ -195,6 +212,9 @@ final class Tracker {
         guard held.count < maximumHeld, pidfd.pid != app.pid else { return }
         held[pidfd.pid] = pidfd
     }
+
+    /// Whether `error` says the daemon lacks descriptors or memory, not that the process is gone.
+    static func isShortage(_ error: Errno) -> Bool { [EMFILE, ENFILE, ENOMEM].contains(error.code) }
 
     private static func identity(_ pidfd: Pidfd) -> ProcessIdentity {
         ProcessIdentity(pid: pidfd.pid, startTime: pidfd.startTime, inode: pidfd.inode)

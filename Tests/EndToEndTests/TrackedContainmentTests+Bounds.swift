@@ -58,3 +58,32 @@ extension TrackedContainmentTests {
         try waitUntil("every worker running", timeout: 20) { workers.allSatisfy { Self.isRunning($0.pid) } }
     }
 }
+
+extension TrackedContainmentTests {
+    /// uid 65534's app has more processes than the daemon has descriptors (its limit 128,
+    /// 300 workers): those it cannot open are left out of the suspension, said so in the
+    /// log, and kept — once the app is down to 60 workers, the next suspension stops every
+    /// one (they were forgotten, as if gone, and never stopped again).
+    @Test(.enabled(if: getuid() == 0 && Host.inInitialNamespaces,
+                   "needs CAP_NET_ADMIN in the initial namespaces for the process-events connector"))
+    func membersTheDaemonHadNoDescriptorForAreNotForgotten() throws {
+        let daemon = try TestDaemon(["BackgroundTimeSec=1min"], wrapper: ["/usr/bin/prlimit", "--nofile=128:128", "--"])
+        let app = try Spawned("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3",
+                                                   "-c", Self.manyWorkersApp, daemon.socketPath, "300"])
+        let line = try #require(try app.readLine(timeout: 30))
+        let pids = try #require(try JSON.parse(line)["workers"]?.arrayValue?.compactMap(\.intValue).map(Int32.init))
+        let workers = try pids.map { try Pidfd.open(pid: $0) }
+        defer { for worker in workers { try? worker.send(signal: SIGKILL) } }
+        try daemon.setState(app.pid, "background")
+        #expect(daemon.logged { $0.contains("of its processes not suspended: bgtaskd is out of descriptors") })
+        try daemon.setState(app.pid, "foreground")
+        // Every fifth worker stays: 60, well within the daemon's descriptors.
+        let staying = workers.enumerated().filter { $0.offset % 5 == 0 }.map(\.element)
+        for (index, worker) in workers.enumerated() where index % 5 != 0 { try worker.send(signal: SIGKILL) }
+        try waitUntil("the others gone") { workers.enumerated().allSatisfy { $0.offset % 5 == 0 || $0.element.hasExited } }
+        try daemon.setState(app.pid, "background")
+        try waitUntil("every worker left stopped", timeout: 20) { staying.allSatisfy { processState($0.pid) == "T" } }
+        try daemon.setState(app.pid, "foreground")
+        try waitUntil("every worker left running", timeout: 20) { staying.allSatisfy { Self.isRunning($0.pid) } }
+    }
+}
