@@ -23,9 +23,12 @@ import TestSupport
             loop = try EventLoop()
             var roots: () -> [ProcessIdentity: Pidfd] = { [:] }
             var logged: (String) -> Void = { _ in }
-            var group: IOGroup?
-            group = try IOGroup(loop: loop) { group?.dispatchReady() }
-            enforcer = try Enforcer(group: group!, root: { roots()[$0] }, tracked: { _, _, _ in nil }) { _, message in logged(message) }
+            // The group's handler reaches the group unowned: a strong capture was a cycle
+            // that kept the loop (LeakSanitizer).
+            var dispatch: () -> Void = {}
+            let group = try IOGroup(loop: loop) { dispatch() }
+            dispatch = { [unowned group] in group.dispatchReady() }
+            enforcer = try Enforcer(group: group, root: { roots()[$0] }, tracked: { _, _, _ in nil }) { _, message in logged(message) }
             roots = { [unowned self] in self.roots }
             logged = { [unowned self] in self.logged.append($0) }
             enforcer.schedule = { [unowned self] wait, instant in self.scheduled.append((wait, instant)) }
