@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 import BGTaskSystem
+import Dispatch
 import Glibc
 import Testing
 import TestSupport
@@ -8,10 +9,24 @@ import Varlink
 /// A user manager's subtree for uid 65534, made by the test as systemd delegates one
 /// (`/user.slice/user-UID.slice/user@UID.service`, owned by the user), with `count` cgroups
 /// the user made in it. Whatever the test made is removed after, deepest first.
+///
+/// One at a time in the whole test process: suites run side by side, and two of them use
+/// uid 65534's (`Intruder`, `SwaySession`); one's removal took the other's empty scope away
+/// before its process moved in.
 final class DelegatedSubtree {
     let uid: UInt32
     let root: Cgroup
     private var made: [String] = []
+    /// This subtree's turn, first of its properties: given back once the subtree is removed,
+    /// or as soon as `init` throws.
+    private let turn = Turn()
+
+    /// Taken when made, given back when released (on whichever thread: a semaphore).
+    private final class Turn {
+        static let semaphore = DispatchSemaphore(value: 1)
+        init() { Self.semaphore.wait() }
+        deinit { Self.semaphore.signal() }
+    }
 
     init(uid: UInt32, cgroups count: Int) throws {
         self.uid = uid
