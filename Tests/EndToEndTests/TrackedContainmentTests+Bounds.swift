@@ -26,6 +26,15 @@ extension TrackedContainmentTests {
     signal.pause()
     """#
 
+    /// uid 65534's app on `daemon` with `count` workers, held by pidfds (the caller kills them).
+    static func manyWorkers(_ count: Int, of daemon: TestDaemon) throws -> (app: Spawned, workers: [Pidfd]) {
+        let app = try Spawned("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3",
+                                                   "-c", manyWorkersApp, daemon.socketPath, String(count)])
+        let line = try #require(try app.readLine(timeout: 30))
+        let pids = try #require(try JSON.parse(line)["workers"]?.arrayValue?.compactMap(\.intValue).map(Int32.init))
+        return (app, try pids.map { try Pidfd.open(pid: $0) })
+    }
+
     /// The pidfds a process holds.
     static func pidfdCount(_ pid: Int32) -> Int { descriptorCount(of: pid, linkingTo: "anon_inode:[pidfd]") }
 
@@ -37,11 +46,7 @@ extension TrackedContainmentTests {
     func aForkingUnprivilegedAppCostsTheDaemonBoundedDescriptors() throws {
         let daemon = try TestDaemon(["BackgroundTimeSec=1min"])
         let held = Self.pidfdCount(daemon.process.pid)
-        let app = try Spawned("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3",
-                                                   "-c", Self.manyWorkersApp, daemon.socketPath, "1100"])
-        let line = try #require(try app.readLine(timeout: 30))
-        let pids = try #require(try JSON.parse(line)["workers"]?.arrayValue?.compactMap(\.intValue).map(Int32.init))
-        let workers = try pids.map { try Pidfd.open(pid: $0) }
+        let (app, workers) = try Self.manyWorkers(1100, of: daemon)
         defer { for worker in workers { try? worker.send(signal: SIGKILL) } }
         #expect(workers.count == 1100)
         try daemon.setState(app.pid, "background")
@@ -71,11 +76,7 @@ extension TrackedContainmentTests {
                    "needs CAP_NET_ADMIN in the initial namespaces for the process-events connector"))
     func membersTheDaemonHadNoDescriptorForAreNotForgotten() throws {
         let daemon = try TestDaemon(["BackgroundTimeSec=1min"], wrapper: ["/usr/bin/prlimit", "--nofile=128:128", "--"])
-        let app = try Spawned("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3",
-                                                   "-c", Self.manyWorkersApp, daemon.socketPath, "300"])
-        let line = try #require(try app.readLine(timeout: 30))
-        let pids = try #require(try JSON.parse(line)["workers"]?.arrayValue?.compactMap(\.intValue).map(Int32.init))
-        let workers = try pids.map { try Pidfd.open(pid: $0) }
+        let (app, workers) = try Self.manyWorkers(300, of: daemon)
         defer { for worker in workers { try? worker.send(signal: SIGKILL) } }
         try daemon.setState(app.pid, "background")
         #expect(daemon.logged { $0.contains("of its processes not suspended: bgtaskd is out of descriptors") })
