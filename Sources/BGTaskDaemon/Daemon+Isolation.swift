@@ -21,6 +21,7 @@ extension Daemon {
                                            daemonUID: Host.effectiveUID),
               let manager = manager(for: isolation) else { return }
         let pids = enforcer.members(of: app, uid: uid).map(\.pid)
+        enforcer.forgetLeftOut()  // the processes moved are the app's; its actions report what they leave out
         guard !pids.isEmpty else { return }
         let name = Isolation.scopeName(pid: app.pid)
         let slice: String? = if case let .system(slice) = isolation { slice } else { nil }

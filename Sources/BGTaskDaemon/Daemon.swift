@@ -173,7 +173,7 @@ public final class Daemon {
             })
             self.tracker = tracker
             tracker.forked = { [unowned self] app, parent, child in self.enforcer.forked(into: app, parent: parent, child: child) }
-            tracker.unopened = { [unowned self] _, pid in self.enforcer.unreached.insert(pid) }
+            tracker.unopened = { [unowned self] pid in self.enforcer.unreached.insert(pid) }
             model.processContainment = .tracked
         } catch {
             trackerUnavailable = "\(error)"

@@ -170,8 +170,7 @@ final class Enforcer {
         // daemon, or its cgroup would not thaw: the tree is continued. A thawed app was frozen,
         // not stopped: a walk would find nothing to do (it was most of a thaw's time).
         if !thawed { signalTree(app, uid: uid, Signal.continue) }
-        excluded = []
-        unreached = []
+        forgetLeftOut()
     }
 
     /// Thaws, then sends `signal` to every process of the app. For a catchable signal the
@@ -198,7 +197,7 @@ final class Enforcer {
     /// The grace after a catchable terminate signal ran out: `SIGKILL` whatever is left.
     /// (A termination begun by a previous daemon has no record here: its tree gets it.)
     func kill(_ app: ProcessIdentity, uid: UInt32) {
-        defer { excluded = [] }
+        defer { forgetLeftOut() }
         let record = terminating.removeValue(forKey: app) ?? ([], nil)
         try? record.cgroup?.kill()
         var survivors = record.pidfds.filter { !$0.hasExited }
@@ -222,7 +221,7 @@ final class Enforcer {
 
     /// Whether the app looks suspended: its own process stopped, or its own cgroup frozen.
     func isStopped(_ app: ProcessIdentity, uid: UInt32) -> Bool {
-        defer { excluded = [] }
+        defer { forgetLeftOut() }
         guard let root = root(app), let stat = try? ProcStat.read(pid: root.pid), stat.startTime == app.startTime else {
             return false
         }
@@ -348,14 +347,20 @@ final class Enforcer {
 
     /// Logs, once per action, the processes of an app's tree that its owner could not signal.
     func reportExcluded(_ app: ProcessIdentity, command: String, action: String) {
+        defer { forgetLeftOut() }
         if !unreached.isEmpty {
             log(.warning, "App \(app) (\(command)): \(unreached.count) of its processes not \(action): bgtaskd is out of descriptors (one is held per process for the length of an action; raise its LimitNOFILE=); they are tried again at the next action")
-            unreached = []
         }
         guard !excluded.isEmpty else { return }
         let pids = excluded.sorted().map(String.init).joined(separator: ", ")
         log(.warning, "App \(app) (\(command)): pid \(pids) not \(action): the app's owner could not signal it, and bgtaskd does not lend it the right")
+    }
+
+    /// Drops what the last look at an app left out (`excluded`, `unreached`), unreported:
+    /// after a look that reports nothing, so that it is not told of the next app acted on.
+    func forgetLeftOut() {
         excluded = []
+        unreached = []
     }
 
     /// Stops every process of the app; returns the pidfds of the processes stopped. A process
@@ -419,7 +424,7 @@ final class Enforcer {
             log(.warning, "App \(app) (\(record.command)) was resumed while suspended (pid \(first.pid) is '\(first.state)', a stray SIGCONT?); stopping it again")
             stopTree(app, uid: record.uid)
         }
-        excluded = []
+        forgetLeftOut()
         armStopCheck(at: now)
     }
 

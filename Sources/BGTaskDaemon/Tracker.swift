@@ -43,7 +43,7 @@ final class Tracker {
     let lost: () -> Void
     /// Called for a member that could not be opened for want of descriptors (`EMFILE`,
     /// `ENFILE`, `ENOMEM`): it is left out of what `members(of:)` hands out, not forgotten.
-    var unopened: (ProcessIdentity, Int32) -> Void = { _, _ in }
+    var unopened: (Int32) -> Void = { _ in }
     /// Called for each process seen forked into an app, with its parent's pid, as its event
     /// is read: a fork whose event came after the app was stopped is stopped then
     /// (`Enforcer.forked`), since the app's members are this set, not a walk.
@@ -97,24 +97,23 @@ final class Tracker {
                 result.append(pidfd)
                 continue
             }
-            let opened: Pidfd
+            let pidfd: Pidfd
             do {
-                opened = try Pidfd.open(pid: pid)
+                pidfd = try Pidfd.open(pid: pid)
             } catch where Self.isShortage(error) {
                 // The daemon is out of descriptors (an app with more processes than its
                 // limit, every one held for the length of the action): not handed out this
                 // time, and kept, to be tried again at the next action.
-                unopened(app, pid)
+                unopened(pid)
                 continue
             } catch {
                 forget(pid)  // gone (its exit event is still to be read)
                 continue
             }
-            guard opened.startTime == identity.startTime, opened.inode == identity.inode else {
+            guard pidfd.startTime == identity.startTime, pidfd.inode == identity.inode else {
                 forget(pid)  // exited, its exit event lost: not the process that was forked
                 continue
             }
-            let pidfd = opened
             hold(pidfd, of: app)
             result.append(pidfd)
         }
