@@ -11,9 +11,29 @@ extension Daemon {
             do {
                 guard let accepted = try UnixSocket.accept(listener) else { return }
                 socket = accepted
+            } catch where error.isShortage {
+                guard refuseWaitingConnection() else { return }
+                continue
             } catch {
                 log(.warning, "accept failed: \(error)")
                 return
+            }
+            // Its peer's pidfd is as much a part of a connection as its socket: without it
+            // (`EMFILE` once the socket took the last descriptor) the caller would be named by
+            // its pid alone, later. Refused instead, like a connection that could not be accepted.
+            let pidfd: Pidfd?
+            do {
+                pidfd = try UnixSocket.peerPidfd(socket).flatMap { (fd) throws(Errno) in try Pidfd.adopt(fd) }
+            } catch where error.isShortage {
+                refuseForShortage(socket)
+                continue
+            } catch {
+                pidfd = nil  // the peer is gone: its calls, if any, find it so
+            }
+            if let since = outOfDescriptorsSince {
+                outOfDescriptorsSince = nil
+                log(.notice, "Accepting connections again: \(refusedForShortage) refused in \((loop.now - since) / 1_000_000)ms while bgtaskd was out of descriptors")
+                refusedForShortage = 0
             }
             guard let credentials = try? UnixSocket.peerCredentials(socket) else { continue }
             let open = connectionsPerUID[credentials.uid, default: 0]
@@ -22,7 +42,6 @@ extension Daemon {
                 _ = try? socket.write(VarlinkReply(error: error.varlink).json.varlinkFrame)
                 continue
             }
-            let pidfd = UnixSocket.peerPidfd(socket).flatMap { try? Pidfd.adopt($0) }
             let id = ConnectionID(nextConnectionID)
             nextConnectionID += 1
             let account = outputAccounts[credentials.uid] ?? OutputAccount()
@@ -41,6 +60,51 @@ extension Daemon {
             connectionsPerUID[credentials.uid, default: 0] += 1
             connection.updateEvents()
         }
+    }
+
+    /// The daemon is out of descriptors and cannot accept the connection waiting, so its
+    /// listener would poll readable for ever (a busy loop, a log line per turn: 700,000 a
+    /// second, measured). The reserve's descriptors are given back for one accept: the
+    /// connection is told why and closed. Returns whether one was refused (more may wait);
+    /// `false` with none waiting, or when even that failed (no reserve: the listener is left
+    /// unwatched until a connection closes).
+    func refuseWaitingConnection() -> Bool {
+        let outcome: Bool? = reserve.withReleased {
+            do {
+                guard let socket = try UnixSocket.accept(listener) else { return false }
+                refuseForShortage(socket)
+                return true
+            } catch {
+                return nil
+            }
+        }
+        if let outcome { return outcome }
+        if !acceptPaused {
+            acceptPaused = true
+            listenerSource.setIOEvents(0)
+            log(.warning, "Out of descriptors with none in reserve: new connections wait in the listen queue until one closes")
+        }
+        return false
+    }
+
+    /// Answers a connection accepted while out of descriptors with `LimitExceeded` and
+    /// closes it; the first of a run is logged, and the run's count when accepting resumes.
+    func refuseForShortage(_ socket: FileDescriptor) {
+        let error = BGTaskError.limitExceeded("the daemon's open files (LimitNOFILE=\(Host.descriptorLimit)); try again later")
+        _ = try? socket.write(VarlinkReply(error: error.varlink).json.varlinkFrame)
+        socket.close()
+        refusedForShortage += 1
+        if outOfDescriptorsSince == nil {
+            outOfDescriptorsSince = loop.now
+            log(.warning, "Out of descriptors (LimitNOFILE=\(Host.descriptorLimit)): new connections are refused with LimitExceeded until some are free; raise the limit, or lower MaxConnectionsPerUser=")
+        }
+    }
+
+    /// Watches the listener again after `refuseWaitingConnection` left it (a connection closed).
+    func resumeAccepting() {
+        guard acceptPaused else { return }
+        acceptPaused = false
+        listenerSource.setIOEvents(IOEvents.readable)
     }
 
     func handleIO(_ connection: Connection, events: UInt32) {
@@ -166,6 +230,7 @@ extension Daemon {
         // resets its peer (ECONNRESET) instead of ending its stream.
         _ = connection.takeInput(through: readBuffer)
         connection.close()
+        resumeAccepting()
         connections[connection.id] = nil
         if let app = connection.app { forgetConnection(connection.id, of: app) }
         connectionsPerUID[connection.credentials.uid, default: 1] -= 1

@@ -64,6 +64,16 @@ public final class Daemon {
     /// The clients' connections and the watched processes' pidfds: whatever is ready is
     /// handled in one pass, and committed once (`IOGroup`).
     var clients: IOGroup!
+    var listenerSource: EventSource!
+    /// Descriptors kept for when the daemon has none left (`DescriptorReserve`): to refuse a
+    /// connection instead of spinning on it, and to name a tracked app's fork.
+    let reserve = DescriptorReserve(count: 2)
+    /// When the daemon ran out of descriptors for new connections (`nil`: it has not), and
+    /// how many it has refused since.
+    var outOfDescriptorsSince: Int64?
+    var refusedForShortage = 0
+    /// Whether the listener is left unwatched (`refuseWaitingConnection`).
+    var acceptPaused = false
     var timer: EventSource!
 
     var connections: [ConnectionID: Connection] = [:]
@@ -140,9 +150,9 @@ public final class Daemon {
         try listener.setNonBlocking()
         clients = try IOGroup(loop: loop) { [unowned self] in self.pass { _ in self.clients.dispatchReady() } }
         clients.membersPerPass = Self.membersPerPass
-        sources.append(try loop.addIO(listener.rawValue, events: IOEvents.readable) { [unowned self] _ in
+        listenerSource = try loop.addIO(listener.rawValue, events: IOEvents.readable) { [unowned self] _ in
             self.pass { _ in self.acceptConnections() }
-        })
+        }
         timer = try loop.addTimer { [unowned self] in
             self.timerArmedAt = nil
             self.pass { _ in }
@@ -159,7 +169,7 @@ public final class Daemon {
         do {
             var losses = 0
             var lastReport: Int64?
-            let tracker = try Tracker.open {
+            let tracker = try Tracker.open(reserve: reserve) {
                 // Every loss is counted and reported, at most once every 10 s.
                 losses += 1
                 let now = Clock.monotonicNanoseconds()

@@ -41,28 +41,32 @@ final class Tracker {
     let maximumHeld = min(1024, max(16, Host.descriptorLimit / 16))
     /// Called each time the kernel dropped events (a burst beyond the socket buffer).
     let lost: () -> Void
-    /// Called for a member that could not be opened for want of descriptors (`EMFILE`,
-    /// `ENFILE`, `ENOMEM`): it is left out of what `members(of:)` hands out, not forgotten.
+    /// Called for a member that could not be opened for want of descriptors
+    /// (`Errno.isShortage`): it is left out of what `members(of:)` hands out, not forgotten.
     var unopened: (Int32) -> Void = { _ in }
     /// Called for each process seen forked into an app, with its parent's pid, as its event
     /// is read: a fork whose event came after the app was stopped is stopped then
     /// (`Enforcer.forked`), since the app's members are this set, not a walk.
     var forked: (ProcessIdentity, Int32, Pidfd) -> Void = { _, _, _ in }
+    /// Descriptors kept for a fork read while the daemon has none (the daemon's).
+    let reserve: DescriptorReserve
     /// Datagrams read per `drain`: a fork storm cannot hold the loop; the rest wait in the
     /// socket, readable on the next pass.
     static let eventsPerDrain = 16_384
 
-    init(events: ProcessEvents, lost: @escaping () -> Void) {
+    init(events: ProcessEvents, reserve: DescriptorReserve, lost: @escaping () -> Void) {
         self.events = events
+        self.reserve = reserve
         self.lost = lost
     }
 
     /// Opens the connector (`ProcessEvents.open()`: root or `CAP_NET_ADMIN`, outside containers).
     /// `BGTASKD_PROCESS_EVENTS_BUFFER` (bytes) replaces the receive buffer's size: a test
     /// knob, to make the kernel drop events on purpose.
-    static func open(lost: @escaping () -> Void) throws(Errno) -> Tracker {
+    static func open(reserve: DescriptorReserve, lost: @escaping () -> Void) throws(Errno) -> Tracker {
         let buffer = Host.environment("BGTASKD_PROCESS_EVENTS_BUFFER").flatMap { Int32($0) }
-        return Tracker(events: try ProcessEvents.open(bufferBytes: buffer ?? ProcessEvents.receiveBufferBytes), lost: lost)
+        return Tracker(events: try ProcessEvents.open(bufferBytes: buffer ?? ProcessEvents.receiveBufferBytes),
+                       reserve: reserve, lost: lost)
     }
 
     /// Starts following `app`, whose own process is held by `root`. Events are read first
@@ -100,7 +104,7 @@ final class Tracker {
             let pidfd: Pidfd
             do {
                 pidfd = try Pidfd.open(pid: pid)
-            } catch where Self.isShortage(error) {
+            } catch where error.isShortage {
                 // The daemon is out of descriptors (an app with more processes than its
                 // limit, every one held for the length of the action): not handed out this
                 // time, and kept, to be tried again at the next action.
@@ -147,7 +151,22 @@ final class Tracker {
                     // pid leaves again at the child's exit, read after this.
                     guard let app = appOf[parent], appOf[child] == nil else { continue }
                     appOf[child] = app
-                    let pidfd = try? Pidfd.open(pid: child)
+                    let pidfd: Pidfd?
+                    do {
+                        pidfd = try Pidfd.open(pid: child)
+                    } catch where error.isShortage {
+                        // Out of descriptors (an action on an app with more processes than
+                        // the limit): a child not named now would never be handed out. The
+                        // reserve's are given back to name it; it is not kept.
+                        reserve.withReleased {
+                            let pidfd = try? Pidfd.open(pid: child)
+                            members[app, default: [:]][child] = pidfd.map(Self.identity)
+                            if let pidfd { forked(app, parent, pidfd) }
+                        }
+                        continue
+                    } catch {
+                        pidfd = nil  // gone already (a double fork's middle process)
+                    }
                     members[app, default: [:]][child] = pidfd.map(Self.identity)
                     if let pidfd {
                         hold(pidfd, of: app)
@@ -159,12 +178,28 @@ final class Tracker {
                     // pidfs inode. Only a process that is gone leaves.
                     if let kept = held[pid] {
                         if !kept.hasExited { continue }
-                    } else if let app = appOf[pid], case let known?? = members[app]?[pid], let pidfd = try? Pidfd.open(pid: pid),
-                              !pidfd.hasExited, pidfd.inode == known.inode, pidfd.startTime == known.startTime { continue }
+                    } else if let app = appOf[pid], case let known?? = members[app]?[pid], livesOn(known) { continue }
                     forget(pid)
                 }
             }
             return
+        }
+    }
+
+    /// Whether the member `known` is still there (its exit was a thread's, the process lives
+    /// on): a pidfd opened now is the same process and has not exited. Out of descriptors,
+    /// the reserve's are given back for the look.
+    private func livesOn(_ known: ProcessIdentity) -> Bool {
+        func look() throws(Errno) -> Bool {
+            let pidfd = try Pidfd.open(pid: known.pid)
+            return !pidfd.hasExited && pidfd.inode == known.inode && pidfd.startTime == known.startTime
+        }
+        do {
+            return try look()
+        } catch where error.isShortage {
+            return reserve.withReleased { (try? look()) ?? false }
+        } catch {
+            return false
         }
     }
 
@@ -211,9 +246,6 @@ final class Tracker {
         guard held.count < maximumHeld, pidfd.pid != app.pid else { return }
         held[pidfd.pid] = pidfd
     }
-
-    /// Whether `error` says the daemon lacks descriptors or memory, not that the process is gone.
-    static func isShortage(_ error: Errno) -> Bool { [EMFILE, ENFILE, ENOMEM].contains(error.code) }
 
     private static func identity(_ pidfd: Pidfd) -> ProcessIdentity {
         ProcessIdentity(pid: pidfd.pid, startTime: pidfd.startTime, inode: pidfd.inode)

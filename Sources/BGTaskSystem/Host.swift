@@ -135,6 +135,9 @@ extension Errno {
     public var isNotFound: Bool { code == ENOENT }
     /// `ESRCH` (or `ENOENT` from `/proc`): the process is gone.
     public var isNoSuchProcess: Bool { code == ESRCH || code == ENOENT }
+    /// `EMFILE`, `ENFILE`, `ENOBUFS` or `ENOMEM`: the caller is out of descriptors or memory,
+    /// which says nothing of what it asked for (a process is not gone, a connection not bad).
+    public var isShortage: Bool { [EMFILE, ENFILE, ENOBUFS, ENOMEM].contains(code) }
     /// `EAGAIN`: a non-blocking call would block.
     public var wouldBlock: Bool { code == EAGAIN || code == EWOULDBLOCK }
     /// An `EADDRINUSE` error for `operation`.

@@ -101,11 +101,16 @@ public enum UnixSocket {
     }
 
     /// The peer's pidfd from `SO_PEERPIDFD` (Linux 6.5+); `nil` where the kernel lacks it.
-    public static func peerPidfd(_ socket: FileDescriptor) -> FileDescriptor? {
+    /// Throws only for want of a descriptor (`Errno.isShortage`): the peer has one.
+    public static func peerPidfd(_ socket: FileDescriptor) throws(Errno) -> FileDescriptor? {
         var fd: Int32 = -1
         var length = socklen_t(MemoryLayout<Int32>.size)
-        guard getsockopt(socket.rawValue, SOL_SOCKET, SO_PEERPIDFD, &fd, &length) == 0, fd >= 0 else { return nil }
-        return FileDescriptor(fd)
+        if getsockopt(socket.rawValue, SOL_SOCKET, SO_PEERPIDFD, &fd, &length) != 0 {
+            let error = Errno.current("getsockopt(SO_PEERPIDFD)")
+            if error.isShortage { throw error }
+            return nil
+        }
+        return fd >= 0 ? FileDescriptor(fd) : nil
     }
 
     /// Makes `MSG_PEEK` reads move along the socket's input (`SO_PEEK_OFF`): each peek

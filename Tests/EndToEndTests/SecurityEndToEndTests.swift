@@ -245,6 +245,30 @@ struct SecurityEndToEndTests {
             #expect(a["error"] == b["error"] && a["error"] == "org.varlink.service.PermissionDenied")
         }
     }
+
+    /// 12: a user holds connections until the daemon is out of descriptors (its limit 64, as
+    /// a daemon run by hand may have). The next connections are refused with `LimitExceeded`,
+    /// said once in the log; the daemon does not spin on a listener it cannot empty (it
+    /// logged "accept failed" 700,000 times a second, measured, and answered nobody). Once
+    /// the user lets go, it accepts again.
+    @Test func aDaemonOutOfDescriptorsRefusesConnectionsAndRecovers() throws {
+        let daemon = try TestDaemon([], wrapper: ["/usr/bin/prlimit", "--nofile=64:64", "--"])
+        let intruder = try Intruder(daemon)
+        let held = try intruder.run("connections 200", timeout: 30)
+        #expect(held["refused"] == "io.bgtaskd.App.LimitExceeded", "\(held.serialized)")
+        #expect((held["accepted"]?.intValue ?? 0) >= 10, "\(held.serialized)")
+        #expect(try intruder.run("connections 5")["refused"] == "io.bgtaskd.App.LimitExceeded")
+        #expect(try intruder.call("org.varlink.service.GetInfo")["parameters"]?["product"] == "bgtaskd")  // held ones answer
+        let warnings = daemon.log().filter { $0.contains("Out of descriptors") }
+        #expect(warnings.count == 1, "\(warnings)")
+        #expect(try intruder.run("release")["released"] == held["accepted"])
+        try waitUntil("the daemon closed them") {
+            try intruder.call("io.bgtaskd.Manager.GetStatus")["parameters"]?["connections"] == 1
+        }
+        #expect(try daemon.manager("GetStatus")["version"] != nil)
+        #expect(daemon.logged { $0.contains("Accepting connections again: 2 refused") })
+        #expect(daemon.log().count < 10, "\(daemon.log().suffix(5))")
+    }
 }
 
 func copyFile(_ source: String, to destination: String) throws {

@@ -13,12 +13,15 @@ final class Intruder {
     /// [more]` (send only), `read` (one message, or `{"timeout":true}` after 2 s),
     /// `flood` (bytes with no NUL until the daemon takes no more for a second: `{"sent":N}`),
     /// `pipeline N METHOD JSON` (N calls sent while their replies are read, as a pipelining
-    /// client must: `{"errors":E}`), `unread N METHOD JSON` (N calls, nothing read), `pid`.
+    /// client must: `{"errors":E}`), `unread N METHOD JSON` (N calls, nothing read), `pid`,
+    /// `connections N` (up to N more connections, each held once its `GetInfo` is answered,
+    /// until one is refused: `{"accepted":A,"refused":ERROR}`), `release` (closes them).
     static let script = #"""
     import json, os, select, socket, sys
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.connect(sys.argv[1])
     buf = b""
+    held = []
     def out(obj):
         print(json.dumps(obj), flush=True)
     def msg(method, params, more):
@@ -82,6 +85,32 @@ final class Intruder {
             out({"errors": errors})
         elif cmd == "pid":
             out({"pid": os.getpid()})
+        elif cmd == "connections":
+            accepted = 0; refused = None
+            for _ in range(int(w[1])):
+                c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); c.connect(sys.argv[1])
+                try: c.sendall(msg("org.varlink.service.GetInfo", "{}", False))
+                except OSError: pass  # refused and closed before the call went out
+                reply = b""
+                r, _, _ = select.select([c], [], [], 2.0)
+                while r:
+                    chunk = c.recv(65536)
+                    if not chunk: break
+                    reply += chunk
+                    if reply.endswith(b"\0"): break
+                    r, _, _ = select.select([c], [], [], 2.0)
+                if not reply.endswith(b"\0"):
+                    refused = "no reply"; break
+                m = json.loads(reply[:-1])
+                if "error" in m:
+                    refused = m["error"]; c.close(); break
+                held.append(c); accepted += 1
+            out({"accepted": accepted, "refused": refused})
+        elif cmd == "release":
+            n = len(held)
+            for c in held: c.close()
+            held.clear()
+            out({"released": n})
     """#
 
     let process: Spawned
