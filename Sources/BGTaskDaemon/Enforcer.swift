@@ -94,7 +94,7 @@ final class Enforcer {
     /// Processes left out of the action in progress because the owner could not signal them.
     var excluded: Set<Int32> = []
     /// Members left out of the action in progress because the daemon was out of descriptors
-    /// (`Tracker.unopened`): tried again at the next action.
+    /// (`Tracker.unopened`; a walk's or a cgroup's `unreached`): tried again at the next action.
     var unreached: Set<Int32> = []
     /// Tracked apps suspended whose last read is still to be made (`finishStops`), with the
     /// pids visited.
@@ -170,6 +170,7 @@ final class Enforcer {
         // daemon, or its cgroup would not thaw: the tree is continued. A thawed app was frozen,
         // not stopped: a walk would find nothing to do (it was most of a thaw's time).
         if !thawed { signalTree(app, uid: uid, Signal.continue) }
+        if let record { reportUnreached(app, command: record.command, action: "resumed") }
         forgetLeftOut()
     }
 
@@ -252,10 +253,15 @@ final class Enforcer {
     /// stops) is left to `finishStops`, one read for every app stopped before it.
     func members(of app: ProcessIdentity, uid: UInt32, readLater: Bool = false, visit: ((Pidfd) -> Bool)? = nil) -> [Pidfd] {
         guard let root = root(app) else { return [] }
-        var left: [Int32] = []
-        defer { excluded.formUnion(left) }
+        var left: [Int32] = [], unopened: [Int32] = []
+        defer {
+            excluded.formUnion(left)
+            unreached.formUnion(unopened)
+        }
         let owner = uid == 0 ? nil : uid
-        if let unit = unit(app) { return ProcessTree.members(of: unit, owner: owner, excluded: &left).filter { $0.pid != ownPID } }
+        if let unit = unit(app) {
+            return ProcessTree.members(of: unit, owner: owner, excluded: &left, unreached: &unopened).filter { $0.pid != ownPID }
+        }
         let own = ownPID
         if let followed = tracked(app, [root.pid], false) {
             var known: Set<Int32> = [ownPID]
@@ -265,7 +271,8 @@ final class Enforcer {
             return members
         }
         let guarded: (Pidfd) -> Void = { if $0.pid != own { _ = visit?($0) } }
-        return ProcessTree.members(of: root, owner: owner, excluded: &left, visit: guarded).filter { $0.pid != own }
+        return ProcessTree.members(of: root, owner: owner, excluded: &left, unreached: &unopened, visit: guarded)
+            .filter { $0.pid != own }
     }
 
     /// A tracked app's members: its own process and the tracker's set, no walk (the tracker
@@ -348,12 +355,16 @@ final class Enforcer {
     /// Logs, once per action, the processes of an app's tree that its owner could not signal.
     func reportExcluded(_ app: ProcessIdentity, command: String, action: String) {
         defer { forgetLeftOut() }
-        if !unreached.isEmpty {
-            log(.warning, "App \(app) (\(command)): \(unreached.count) of its processes not \(action): bgtaskd is out of descriptors (one is held per process for the length of an action; raise its LimitNOFILE=); they are tried again at the next action")
-        }
+        reportUnreached(app, command: command, action: action)
         guard !excluded.isEmpty else { return }
         let pids = excluded.sorted().map(String.init).joined(separator: ", ")
         log(.warning, "App \(app) (\(command)): pid \(pids) not \(action): the app's owner could not signal it, and bgtaskd does not lend it the right")
+    }
+
+    /// Logs the processes of the app the action could not reach for want of descriptors.
+    func reportUnreached(_ app: ProcessIdentity, command: String, action: String) {
+        guard !unreached.isEmpty else { return }
+        log(.warning, "App \(app) (\(command)): \(unreached.count) of its processes not \(action), or not looked into for children: bgtaskd is out of descriptors (one is held per process for the length of an action; raise its LimitNOFILE=); they are tried again at the next action")
     }
 
     /// Drops what the last look at an app left out (`excluded`, `unreached`), unreported:

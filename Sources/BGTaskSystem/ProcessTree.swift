@@ -6,8 +6,8 @@ import Glibc
 public enum ProcessTree {
     /// `members(of:owner:excluded:)` whatever the uids: every process of the tree.
     public static func members(of root: Pidfd) -> [Pidfd] {
-        var excluded: [Int32] = []
-        return members(of: root, owner: nil, excluded: &excluded)
+        var excluded: [Int32] = [], unreached: [Int32] = []
+        return members(of: root, owner: nil, excluded: &excluded, unreached: &unreached)
     }
 
     /// The process held by `root` and all its descendants, each held by a pidfd, parents
@@ -24,12 +24,16 @@ public enum ProcessTree {
     /// that switched to another user, is never part of the app (DESIGN.md §3). Those left out
     /// are listed in `excluded`.
     ///
+    /// What cannot be looked at for want of descriptors (`Errno.isShortage`: a process's pidfd,
+    /// a member's list of children) is listed in `unreached`: a child by its pid, a member whose
+    /// children were not read by its own.
+    ///
     /// `visit` is called on each member before its children are read. Stopping a process
     /// there (`SIGSTOP`) makes one walk whole: a fork that has not put its child on the
     /// parent's list by the time the signal is sent fails and is restarted once the parent is
     /// continued (`copy_process` checks for a pending signal under the lock that links the
     /// child), so every child the stopped parent will ever have had is in the list read after.
-    public static func members(of root: Pidfd, owner: UInt32?, excluded: inout [Int32],
+    public static func members(of root: Pidfd, owner: UInt32?, excluded: inout [Int32], unreached: inout [Int32],
                                visit: (Pidfd) -> Void = { _ in }) -> [Pidfd] {
         guard !root.hasExited else { return [] }
         if let owner, !belongs(root, to: owner) {
@@ -42,10 +46,21 @@ public enum ProcessTree {
         while index < result.count {
             let parent = result[index]
             visit(parent)
-            for child in (scan?[parent.pid] ?? children(of: parent.pid)) where child > 1 {
+            guard let listed = scan?[parent.pid] ?? children(of: parent.pid) else {
+                unreached.append(parent.pid)
+                index += 1
+                continue
+            }
+            for child in listed where child > 1 {
                 // The child's pidfd first, then its parent read through it (`PIDFD_GET_INFO`,
                 // or /proc where the kernel lacks it), then the parent still alive.
-                guard let pidfd = try? Pidfd.open(pid: child) else { continue }
+                let pidfd: Pidfd
+                do {
+                    pidfd = try Pidfd.open(pid: child)
+                } catch {
+                    if error.isShortage { unreached.append(child) }
+                    continue  // else gone
+                }
                 let info = pidfd.info
                 guard let parentPID = info?.parentPID ?? (try? ProcStat.read(pid: child))?.parentPID,
                       parentPID == parent.pid, !parent.hasExited, info != nil || !pidfd.hasExited else { continue }
@@ -63,11 +78,17 @@ public enum ProcessTree {
     /// Every process in `cgroup` and below it, each held by a pidfd and found in the cgroup
     /// again once held (so a pid recycled meanwhile is not taken for a member); with `owner`,
     /// only those that uid may signal itself, the others listed in `excluded`.
-    public static func members(of cgroup: Cgroup, owner: UInt32?, excluded: inout [Int32]) -> [Pidfd] {
+    public static func members(of cgroup: Cgroup, owner: UInt32?, excluded: inout [Int32], unreached: inout [Int32]) -> [Pidfd] {
         var result: [Pidfd] = []
         for pid in (try? cgroup.processes()) ?? [] where pid > 1 {
-            guard let pidfd = try? Pidfd.open(pid: pid), let current = Cgroup.of(pid: pid),
-                  current.isWithin(cgroup), !pidfd.hasExited else { continue }
+            let pidfd: Pidfd
+            do {
+                pidfd = try Pidfd.open(pid: pid)
+            } catch {
+                if error.isShortage { unreached.append(pid) }
+                continue
+            }
+            guard let current = Cgroup.of(pid: pid), current.isWithin(cgroup), !pidfd.hasExited else { continue }
             if let owner, !belongs(pidfd, to: owner) {
                 excluded.append(pid)
                 continue
@@ -94,13 +115,21 @@ public enum ProcessTree {
         return access("/proc/\(pid)/task/\(pid)/children", R_OK) == 0
     }()
 
-    /// The children of every thread of `pid`. On the path of every suspension of every
-    /// app: the thread ids come from `getdents64(2)` and the pids from the bytes, with no
-    /// `String` per name (`opendir` costs an `fstat` more, and a string per entry).
-    static func children(of pid: Int32) -> [Int32] {
+    /// The children of every thread of `pid`; `nil` if they could not be read for want of
+    /// descriptors. On the path of every suspension of every app: the thread ids come from
+    /// `getdents64(2)` and the pids from the bytes, with no `String` per name (`opendir`
+    /// costs an `fstat` more, and a string per entry).
+    static func children(of pid: Int32) -> [Int32]? {
         var result: [Int32] = []
-        for thread in numberedEntries("/proc/\(pid)/task") {
-            guard let bytes = try? readFile("/proc/\(pid)/task/\(thread)/children", shortReadEnds: true) else { continue }
+        guard let threads = numberedEntries("/proc/\(pid)/task") else { return nil }
+        for thread in threads {
+            let bytes: [UInt8]
+            do {
+                bytes = try readFile("/proc/\(pid)/task/\(thread)/children", shortReadEnds: true)
+            } catch {
+                if error.isShortage { return nil }
+                continue
+            }
             var value: Int32 = 0, digits = 0
             for byte in bytes {
                 if byte >= 0x30, byte <= 0x39, digits < 9 {
@@ -117,10 +146,11 @@ public enum ProcessTree {
         return result
     }
 
-    /// The names in a directory that are numbers (pids, thread ids), read with `getdents64`.
-    static func numberedEntries(_ path: String) -> [Int32] {
+    /// The names in a directory that are numbers (pids, thread ids), read with `getdents64`;
+    /// `nil` if it could not be opened for want of descriptors (none if it is gone).
+    static func numberedEntries(_ path: String) -> [Int32]? {
         let fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard fd >= 0 else { return [] }
+        guard fd >= 0 else { return Errno.current("open").isShortage ? nil : [] }
         defer { Glibc.close(fd) }
         var result: [Int32] = []
         var done = false
