@@ -308,6 +308,8 @@ public final class Daemon {
 
     /// Timers fired between two commits (`pass`).
     static let timersPerSlice = 16
+    /// Connections accepted in one pass (each ~20 µs: its credentials, its peer's pidfd).
+    static let acceptsPerPass = 32
     /// Ready connections and watched processes handled in one pass: more wait for the next
     /// pass, which fires what fell due first (a thousand apps warned together end their
     /// tasks together; the apps warned after them must not wait for all their ends).
