@@ -35,11 +35,7 @@ extension Daemon {
             } catch {
                 pidfd = nil  // the peer is gone: its calls, if any, find it so
             }
-            if let since = outOfDescriptorsSince {
-                outOfDescriptorsSince = nil
-                log(.notice, "Accepting connections again: \(refusedForShortage) refused in \((loop.now - since) / 1_000_000)ms while bgtaskd was out of descriptors")
-                refusedForShortage = 0
-            }
+            if shortage.ongoing { shortageEnded() }
             guard let credentials = try? UnixSocket.peerCredentials(socket) else { continue }
             let open = connectionsPerUID[credentials.uid, default: 0]
             guard open < model.configuration.maxConnectionsPerUser else {
@@ -87,22 +83,41 @@ extension Daemon {
         if !acceptPaused {
             acceptPaused = true
             listenerSource.setIOEvents(0)
-            log(.warning, "Out of descriptors with none in reserve: new connections wait in the listen queue until one closes")
+            shortageBegan("new connections wait in the listen queue until one closes (none in reserve)")
         }
         return false
     }
 
     /// Answers a connection accepted while out of descriptors with `LimitExceeded` and
-    /// closes it; the first of a run is logged, and the run's count when accepting resumes.
+    /// closes it.
     func refuseForShortage(_ socket: FileDescriptor) {
         let error = BGTaskError.limitExceeded("the daemon's open files (LimitNOFILE=\(Host.descriptorLimit)); try again later")
         _ = try? socket.write(VarlinkReply(error: error.varlink).json.varlinkFrame)
         socket.close()
-        refusedForShortage += 1
-        if outOfDescriptorsSince == nil {
-            outOfDescriptorsSince = loop.now
-            log(.warning, "Out of descriptors (LimitNOFILE=\(Host.descriptorLimit)): new connections are refused with LimitExceeded until some are free; raise the limit, or lower MaxConnectionsPerUser=")
-        }
+        shortage.refused += 1
+        shortageBegan("new connections are refused with LimitExceeded until some are free; raise the limit, or lower MaxConnectionsPerUser=")
+    }
+
+    /// A run of refusals begins (nothing if one is going on): logged, at most once a minute
+    /// (a user able to fill the daemon's descriptors could otherwise make a line per
+    /// connection it lets go and takes again).
+    func shortageBegan(_ what: String) {
+        guard !shortage.ongoing else { return }
+        shortage.ongoing = true
+        guard loop.now - shortage.reportedAt >= Self.shortageReportSpacing else { return }
+        shortage.reportedAt = loop.now
+        shortage.reported = true
+        log(.warning, "Out of descriptors (LimitNOFILE=\(Host.descriptorLimit)): \(what)")
+    }
+
+    /// A connection was accepted again. If the run's beginning was logged, so is its end,
+    /// with the connections refused since the last such line (in runs unlogged too).
+    func shortageEnded() {
+        shortage.ongoing = false
+        guard shortage.reported else { return }
+        shortage.reported = false
+        log(.notice, "Accepting connections again: \(shortage.refused) refused for want of descriptors since the last report")
+        shortage.refused = 0
     }
 
     /// Watches the listener again after `refuseWaitingConnection` left it (a connection closed).

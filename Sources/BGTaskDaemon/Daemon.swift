@@ -68,10 +68,10 @@ public final class Daemon {
     /// Descriptors kept for when the daemon has none left (`DescriptorReserve`): to refuse a
     /// connection instead of spinning on it, and to name a tracked app's fork.
     let reserve = DescriptorReserve(count: 2)
-    /// When the daemon ran out of descriptors for new connections (`nil`: it has not), and
-    /// how many it has refused since.
-    var outOfDescriptorsSince: Int64?
-    var refusedForShortage = 0
+    /// Runs of connections refused for want of descriptors: whether one is going on, whether
+    /// its beginning was logged and when the last was, and how many were refused since the
+    /// last line that said so.
+    var shortage = (ongoing: false, reported: false, reportedAt: Int64.min / 2, refused: 0)
     /// Whether the listener is left unwatched (`refuseWaitingConnection`).
     var acceptPaused = false
     var timer: EventSource!
@@ -308,6 +308,8 @@ public final class Daemon {
 
     /// Timers fired between two commits (`pass`).
     static let timersPerSlice = 16
+    /// The least time between two logged runs of connections refused for want of descriptors.
+    static let shortageReportSpacing: Int64 = 60_000_000_000
     /// Connections accepted in one pass (each ~20 µs: its credentials, its peer's pidfd).
     static let acceptsPerPass = 32
     /// Ready connections and watched processes handled in one pass: more wait for the next
