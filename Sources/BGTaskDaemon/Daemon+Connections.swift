@@ -23,6 +23,13 @@ extension Daemon {
                 log(.warning, "accept failed: \(error)")
                 return
             }
+            guard let credentials = try? UnixSocket.peerCredentials(socket) else { continue }
+            let open = connectionsPerUID[credentials.uid, default: 0]
+            guard open < model.configuration.maxConnectionsPerUser else {
+                let error = BGTaskError.limitExceeded("MaxConnectionsPerUser=\(model.configuration.maxConnectionsPerUser) reached")
+                _ = try? socket.write(VarlinkReply(error: error.varlink).json.varlinkFrame)
+                continue
+            }
             // Its peer's pidfd is as much a part of a connection as its socket: without it
             // (`EMFILE` once the socket took the last descriptor) the caller would be named by
             // its pid alone, later. Refused instead, like a connection that could not be accepted.
@@ -36,13 +43,6 @@ extension Daemon {
                 pidfd = nil  // the peer is gone: its calls, if any, find it so
             }
             if shortage.ongoing { shortageEnded() }
-            guard let credentials = try? UnixSocket.peerCredentials(socket) else { continue }
-            let open = connectionsPerUID[credentials.uid, default: 0]
-            guard open < model.configuration.maxConnectionsPerUser else {
-                let error = BGTaskError.limitExceeded("MaxConnectionsPerUser=\(model.configuration.maxConnectionsPerUser) reached")
-                _ = try? socket.write(VarlinkReply(error: error.varlink).json.varlinkFrame)
-                continue
-            }
             let id = ConnectionID(nextConnectionID)
             nextConnectionID += 1
             let account = outputAccounts[credentials.uid] ?? OutputAccount()
