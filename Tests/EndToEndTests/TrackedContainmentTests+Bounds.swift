@@ -9,13 +9,18 @@ import Varlink
 /// The tracker keeps its members' pidfds (every action on an app hands them out), within a
 /// bound: the descriptors are the daemon's, for everyone.
 extension TrackedContainmentTests {
-    /// An app that registers, then forks `argv[2]` workers that wait; prints their pids.
-    static let manyWorkersApp = #"""
+    /// The start of a Python app on the daemon at `argv[1]`: it registers (a call), as `s`.
+    static let registeringApp = #"""
     import json, os, signal, socket, sys
     s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
     s.sendall(b'{"method":"io.bgtaskd.App.GetTimeRemaining","parameters":{}}\0')
     reply = b""
     while not reply.endswith(b"\0"): reply += s.recv(4096)
+
+    """#
+
+    /// An app that registers, then forks `argv[2]` workers that wait; prints their pids.
+    static let manyWorkersApp = registeringApp + #"""
     workers = []
     for _ in range(int(sys.argv[2])):
         pid = os.fork()
@@ -69,44 +74,33 @@ extension TrackedContainmentTests {
 
 extension TrackedContainmentTests {
     /// uid 65534's app has more processes than the daemon has descriptors (its limit 128,
-    /// 300 workers): those it cannot open are left out of the suspension, said so in the
-    /// log, and kept — once the app is down to 60 workers, the next suspension stops every
-    /// one (they were forgotten, as if gone, and never stopped again).
+    /// 300 workers): those it cannot open are left out of the suspension and the resumption,
+    /// said so in the log, and kept — once the app is down to 60 workers, the next suspension
+    /// stops every one (they were forgotten, as if gone, and never stopped again).
     @Test(.enabled(if: getuid() == 0 && Host.inInitialNamespaces,
                    "needs CAP_NET_ADMIN in the initial namespaces for the process-events connector"))
     func membersTheDaemonHadNoDescriptorForAreNotForgotten() throws {
-        let daemon = try TestDaemon(["BackgroundTimeSec=1min"], wrapper: ["/usr/bin/prlimit", "--nofile=128:128", "--"])
-        let (app, workers) = try Self.manyWorkers(300, of: daemon)
-        defer { for worker in workers { try? worker.send(signal: SIGKILL) } }
-        try daemon.setState(app.pid, "background")
-        #expect(daemon.logged { $0.contains("of its processes not suspended, or not looked into for children: bgtaskd is out of descriptors") })
-        try daemon.setState(app.pid, "foreground")
-        // Every fifth worker stays: 60, well within the daemon's descriptors.
-        let staying = workers.enumerated().filter { $0.offset % 5 == 0 }.map(\.element)
-        for (index, worker) in workers.enumerated() where index % 5 != 0 { try worker.send(signal: SIGKILL) }
-        try waitUntil("the others gone") { workers.enumerated().allSatisfy { $0.offset % 5 == 0 || $0.element.hasExited } }
-        try daemon.setState(app.pid, "background")
-        try waitUntil("every worker left stopped", timeout: 20) { staying.allSatisfy { processState($0.pid) == "T" } }
-        try daemon.setState(app.pid, "foreground")
-        try waitUntil("every worker left running", timeout: 20) { staying.allSatisfy { Self.isRunning($0.pid) } }
+        try workersBeyondTheDescriptorLimit(containment: "tracked", wrapper: [])
     }
 
     /// The same for a `tree` app (the daemon in a network namespace of its own, where the
     /// process-events connector is not to be had): its walk left out, unlogged, every worker
-    /// it could not open, as if gone. They are counted in the log now, at the suspension and
-    /// at the resumption (which has no more descriptors than the suspension had, so it may
-    /// leave a stopped worker stopped).
+    /// it could not open, as if gone. (A resumption has no more descriptors than the
+    /// suspension had, so it may leave a stopped worker stopped: logged too.)
     @Test(.enabled(if: getuid() == 0, "needs root to run the daemon and setpriv to uid 65534"))
     func aTreeAppsWorkersTheDaemonHadNoDescriptorForAreLogged() throws {
-        let daemon = try TestDaemon(["BackgroundTimeSec=1min"],
-                                    wrapper: ["/usr/bin/unshare", "--net", "--", "/usr/bin/prlimit", "--nofile=128:128", "--"])
+        try workersBeyondTheDescriptorLimit(containment: "tree", wrapper: ["/usr/bin/unshare", "--net", "--"])
+    }
+
+    func workersBeyondTheDescriptorLimit(containment: String, wrapper: [String]) throws {
+        let daemon = try TestDaemon(["BackgroundTimeSec=1min"], wrapper: wrapper + ["/usr/bin/prlimit", "--nofile=128:128", "--"])
         let (app, workers) = try Self.manyWorkers(300, of: daemon)
         defer { for worker in workers { try? worker.send(signal: SIGKILL) } }
-        #expect(daemon.logged { $0.contains("registered in the foreground (containment tree") })
-        try daemon.setState(app.pid, "background")
-        #expect(daemon.logged { $0.contains("of its processes not suspended, or not looked into for children: bgtaskd is out of descriptors") })
-        try daemon.setState(app.pid, "foreground")
-        #expect(daemon.logged { $0.contains("of its processes not resumed, or not looked into for children: bgtaskd is out of descriptors") })
+        #expect(daemon.logged { $0.contains("registered in the foreground (containment \(containment)") })
+        for (state, action) in [("background", "suspended"), ("foreground", "resumed")] {
+            try daemon.setState(app.pid, state)
+            #expect(daemon.logged { $0.contains("of its processes not \(action), or not looked into for children: bgtaskd is out of descriptors") })
+        }
         // Every fifth worker stays: 60, well within the daemon's descriptors.
         let staying = workers.enumerated().filter { $0.offset % 5 == 0 }.map(\.element)
         for (index, worker) in workers.enumerated() where index % 5 != 0 { try worker.send(signal: SIGKILL) }
@@ -121,12 +115,7 @@ extension TrackedContainmentTests {
 extension TrackedContainmentTests {
     /// An app that registers, then forks a child (which waits) for each line `fork` on its
     /// stdin, and prints the child's pid.
-    static let forkOnDemandApp = #"""
-    import json, os, signal, socket, sys
-    s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
-    s.sendall(b'{"method":"io.bgtaskd.App.GetTimeRemaining","parameters":{}}\0')
-    reply = b""
-    while not reply.endswith(b"\0"): reply += s.recv(4096)
+    static let forkOnDemandApp = registeringApp + #"""
     print(json.dumps({"ready": os.getpid()}), flush=True)
     for line in sys.stdin:
         pid = os.fork()
