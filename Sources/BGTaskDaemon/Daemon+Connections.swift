@@ -20,7 +20,7 @@ extension Daemon {
                 guard refuseWaitingConnection() else { return }
                 continue
             } catch {
-                log(.warning, "accept failed: \(error)")
+                pauseAccepting("accept failed: \(error)")
                 return
             }
             guard let credentials = try? UnixSocket.peerCredentials(socket) else { continue }
@@ -67,25 +67,34 @@ extension Daemon {
     /// listener would poll readable for ever (a busy loop, a log line per turn: 700,000 a
     /// second, measured). The reserve's descriptors are given back for one accept: the
     /// connection is told why and closed. Returns whether one was refused (more may wait);
-    /// `false` with none waiting, or when even that failed (no reserve: the listener is left
-    /// unwatched until a connection closes).
+    /// `false` with none waiting, or when even that failed (no reserve, or out of memory:
+    /// the listener is left unwatched until a connection closes, 100 ms at most).
     func refuseWaitingConnection() -> Bool {
-        let outcome: Bool? = reserve.withReleased {
-            do {
+        var failure: Errno?
+        let refused: Bool = reserve.withReleased {
+            do throws(Errno) {
                 guard let socket = try UnixSocket.accept(listener) else { return false }
                 refuseForShortage(socket)
                 return true
             } catch {
-                return nil
+                failure = error
+                return false
             }
         }
-        if let outcome { return outcome }
-        if !acceptPaused {
-            acceptPaused = true
-            listenerSource.setIOEvents(0)
-            shortageBegan("new connections wait in the listen queue until one closes (none in reserve)")
-        }
-        return false
+        if let failure { pauseAccepting("accept failed even with the reserve's descriptors (\(failure))") }
+        return refused
+    }
+
+    /// Leaves the listener unwatched for `acceptPause` (or until a connection closes): an
+    /// accept that keeps failing would otherwise be tried again at once, for ever, the
+    /// listener still readable. Logged at most once a minute.
+    func pauseAccepting(_ why: String) {
+        guard acceptPausedUntil == nil else { return }
+        acceptPausedUntil = loop.now + Self.acceptPause
+        listenerSource.setIOEvents(0)
+        guard loop.now - acceptPauseReportedAt >= Self.shortageReportSpacing else { return }
+        acceptPauseReportedAt = loop.now
+        log(.warning, "\(why): new connections wait in the listen queue, \(Self.acceptPause / 1_000_000)ms at most each time")
     }
 
     /// Answers a connection accepted while out of descriptors with `LimitExceeded` and
@@ -120,10 +129,11 @@ extension Daemon {
         shortage.refused = 0
     }
 
-    /// Watches the listener again after `refuseWaitingConnection` left it (a connection closed).
-    func resumeAccepting() {
-        guard acceptPaused else { return }
-        acceptPaused = false
+    /// Watches the listener again after `refuseWaitingConnection` left it: a connection
+    /// closed, or (`force` false) the pause is over.
+    func resumeAccepting(force: Bool = true) {
+        guard let until = acceptPausedUntil, force || loop.now >= until else { return }
+        acceptPausedUntil = nil
         listenerSource.setIOEvents(IOEvents.readable)
     }
 

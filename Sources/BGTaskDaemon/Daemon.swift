@@ -72,8 +72,9 @@ public final class Daemon {
     /// its beginning was logged and when the last was, and how many were refused since the
     /// last line that said so.
     var shortage = (ongoing: false, reported: false, reportedAt: Int64.min / 2, refused: 0)
-    /// Whether the listener is left unwatched (`refuseWaitingConnection`).
-    var acceptPaused = false
+    /// Until when the listener is left unwatched, if it is (`refuseWaitingConnection`).
+    var acceptPausedUntil: Int64?
+    var acceptPauseReportedAt = Int64.min / 2
     var timer: EventSource!
 
     var connections: [ConnectionID: Connection] = [:]
@@ -285,6 +286,10 @@ public final class Daemon {
             next = inPlace { $0.nextDeadline() }
         }
         if let next { armTimer(at: next.nanoseconds) }
+        if acceptPausedUntil != nil {
+            resumeAccepting(force: false)
+            if let until = acceptPausedUntil { armTimer(at: until) }
+        }
         if !inputLeft.isEmpty, let take = takeInputLeft(before: now.nanoseconds - Self.takeDelay) { armTimer(at: take) }
     }
 
@@ -308,6 +313,9 @@ public final class Daemon {
 
     /// Timers fired between two commits (`pass`).
     static let timersPerSlice = 16
+    /// How long the listener is left unwatched when not even the reserve lets a connection
+    /// be accepted (a connection closing ends it sooner).
+    static let acceptPause: Int64 = 100_000_000
     /// The least time between two logged runs of connections refused for want of descriptors.
     static let shortageReportSpacing: Int64 = 60_000_000_000
     /// Connections accepted in one pass (each ~20 µs: its credentials, its peer's pidfd).
