@@ -176,6 +176,12 @@ func spawnUnprivilegedSleep() throws -> Spawned {
 /// resident for a while: there the bound still catches growth without limit, not a slice.
 let residentGrowthBoundKiB = getenv("ASAN_OPTIONS") == nil ? 8 * 1024 : 64 * 1024
 
+/// The user and system time `pid` has used, in clock ticks (`/proc/PID/stat`).
+func cpuTicks(_ pid: Int32) throws -> Int {
+    let fields = String(decoding: try readFile("/proc/\(pid)/stat"), as: UTF8.self).split(separator: ")").last!.split(separator: " ")
+    return Int(fields[11])! + Int(fields[12])!
+}
+
 /// `/proc/PID/status` VmRSS in KiB.
 func residentKiB(_ pid: Int32) throws -> Int {
     let status = String(decoding: try readFile("/proc/\(pid)/status"), as: UTF8.self)
