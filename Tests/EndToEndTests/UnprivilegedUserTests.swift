@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+import BGTaskClient
 import BGTaskSystem
 import Dispatch
 import Glibc
@@ -68,18 +69,19 @@ final class DelegatedSubtree {
     }
 }
 
-/// Root's `GetStatus` round trips, one after another on one connection, while something
-/// else goes on: at least `calls` of them, and on until `done` says the load is over. The 99th
-/// percentile and the slowest, in milliseconds, and the daemon's largest resident size seen
-/// meanwhile (sampled between calls), in KiB.
+/// Root's `GetStatus` round trips, one after another on one connection (`connection`, or a
+/// new one), while something else goes on: at least `calls` of them, and on until `done` says
+/// the load is over. The 99th percentile and the slowest, in milliseconds, and the daemon's
+/// largest resident size seen meanwhile (sampled between calls), in KiB.
 struct LoadMeasurement {
     var p99: Double
     var max: Double
     var peakKiB: Int
 }
 
-func rootStatusLatencies(_ daemon: TestDaemon, calls: Int = 200, until done: () -> Bool = { true }) throws -> LoadMeasurement {
-    let connection = try daemon.connect()
+func rootStatusLatencies(_ daemon: TestDaemon, on existing: VarlinkConnection? = nil, calls: Int = 200,
+                         until done: () -> Bool = { true }) throws -> LoadMeasurement {
+    let connection = try existing ?? daemon.connect()
     var latencies: [Double] = []
     var peak = 0
     while latencies.count < calls || !done() {
