@@ -77,7 +77,8 @@ public enum ProcessTree {
 
     /// Every process in `cgroup` and below it, each held by a pidfd and found in the cgroup
     /// again once held (so a pid recycled meanwhile is not taken for a member); with `owner`,
-    /// only those that uid may signal itself, the others listed in `excluded`.
+    /// only those that uid may signal itself, the others listed in `excluded`. Those whose
+    /// pidfd could not be had for want of descriptors are listed in `unreached`.
     public static func members(of cgroup: Cgroup, owner: UInt32?, excluded: inout [Int32], unreached: inout [Int32]) -> [Pidfd] {
         var result: [Pidfd] = []
         for pid in (try? cgroup.processes()) ?? [] where pid > 1 {
