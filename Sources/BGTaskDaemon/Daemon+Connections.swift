@@ -26,8 +26,7 @@ extension Daemon {
             guard let credentials = try? UnixSocket.peerCredentials(socket) else { continue }
             let open = connectionsPerUID[credentials.uid, default: 0]
             guard open < model.configuration.maxConnectionsPerUser else {
-                let error = BGTaskError.limitExceeded("MaxConnectionsPerUser=\(model.configuration.maxConnectionsPerUser) reached")
-                _ = try? socket.write(VarlinkReply(error: error.varlink).json.varlinkFrame)
+                refuse(socket, .limitExceeded("MaxConnectionsPerUser=\(model.configuration.maxConnectionsPerUser) reached"))
                 continue
             }
             // Its peer's pidfd is as much a part of a connection as its socket: without it
@@ -100,11 +99,15 @@ extension Daemon {
     /// Answers a connection accepted while out of descriptors with `LimitExceeded` and
     /// closes it.
     func refuseForShortage(_ socket: FileDescriptor) {
-        let error = BGTaskError.limitExceeded("the daemon's open files (LimitNOFILE=\(Host.descriptorLimit)); try again later")
-        _ = try? socket.write(VarlinkReply(error: error.varlink).json.varlinkFrame)
-        socket.close()
+        refuse(socket, .limitExceeded("the daemon's open files (LimitNOFILE=\(Host.descriptorLimit)); try again later"))
         shortage.refused += 1
         shortageBegan("new connections are refused with LimitExceeded until some are free; raise the limit, or lower MaxConnectionsPerUser=")
+    }
+
+    /// Answers a connection not taken with `error`, and closes it.
+    func refuse(_ socket: FileDescriptor, _ error: BGTaskError) {
+        _ = try? socket.write(VarlinkReply(error: error.varlink).json.varlinkFrame)
+        socket.close()
     }
 
     /// A run of refusals begins (nothing if one is going on): logged, at most once a minute

@@ -151,26 +151,15 @@ final class Tracker {
                     // pid leaves again at the child's exit, read after this.
                     guard let app = appOf[parent], appOf[child] == nil else { continue }
                     appOf[child] = app
-                    let pidfd: Pidfd?
                     do {
-                        pidfd = try Pidfd.open(pid: child)
+                        name(child, of: app, parent: parent, try Pidfd.open(pid: child), keeping: true)
                     } catch where error.isShortage {
                         // Out of descriptors (an action on an app with more processes than
                         // the limit): a child not named now would never be handed out. The
                         // reserve's are given back to name it; it is not kept.
-                        reserve.withReleased {
-                            let pidfd = try? Pidfd.open(pid: child)
-                            members[app, default: [:]][child] = pidfd.map(Self.identity)
-                            if let pidfd { forked(app, parent, pidfd) }
-                        }
-                        continue
+                        reserve.withReleased { name(child, of: app, parent: parent, try? Pidfd.open(pid: child), keeping: false) }
                     } catch {
-                        pidfd = nil  // gone already (a double fork's middle process)
-                    }
-                    members[app, default: [:]][child] = pidfd.map(Self.identity)
-                    if let pidfd {
-                        hold(pidfd, of: app)
-                        forked(app, parent, pidfd)
+                        name(child, of: app, parent: parent, nil, keeping: false)  // gone already (a double fork's middle process)
                     }
                 case let .exit(pid):
                     // A thread other than the leader that calls exec takes over the process:
@@ -184,6 +173,15 @@ final class Tracker {
             }
             return
         }
+    }
+
+    /// Records a fork's `child` as `app`'s member: the process `pidfd` holds, or, without one,
+    /// a process gone by its fork's read. With `keeping`, its pidfd is kept (within the bound).
+    private func name(_ child: Int32, of app: ProcessIdentity, parent: Int32, _ pidfd: Pidfd?, keeping: Bool) {
+        members[app, default: [:]][child] = pidfd.map(Self.identity)
+        guard let pidfd else { return }
+        if keeping { hold(pidfd, of: app) }
+        forked(app, parent, pidfd)
     }
 
     /// Whether the member `known` is still there (its exit was a thread's, the process lives
