@@ -79,7 +79,7 @@ extension BackgroundModel {
             effects.append(.log(.app(.appExited, .info, process, uid: app.uid, command: app.command, "exited; forgotten")))
         }
         var affected: [ProcessIdentity] = []
-        for id in (tasksByOwner[process] ?? []).sorted() {
+        for id in (tasksByOwner[process].map(Array.init) ?? []).sorted() {
             guard let task = tasks[id] else { continue }
             finish(task, as: task.state == .pending ? .denied : .ended, reason: .ownerExited, at: now, effects: &effects)
             if !affected.contains(task.app) { affected.append(task.app) }
@@ -290,8 +290,9 @@ extension BackgroundModel {
     // MARK: Time
 
     /// The earliest instant at which `advance(to:)` may have work; `nil` when nothing is armed.
-    /// May be early (a cancelled timer), never late.
-    public func nextDeadline() -> Instant? {
+    /// May be early (a cancelled timer), never late. Mutating only to be read in place
+    /// (`BackgroundModel.uid(of:)`): the daemon asks after every pass.
+    public mutating func nextDeadline() -> Instant? {
         let age = nextAgeWarning()
         guard let timer = timers.first?.instant else { return age }
         return age.map { min($0, timer) } ?? timer
@@ -305,17 +306,20 @@ extension BackgroundModel {
     /// time (a deadline passing with tasks held, a transition not finished). The daemon reads
     /// what they already sent first: a task end that reached it in time counts, however busy
     /// it was.
-    public func appsFacingTermination(at now: Instant) -> [ProcessIdentity] {
+    /// Mutating only to be read in place (the daemon asks at every pass).
+    public mutating func appsFacingTermination(at now: Instant) -> [ProcessIdentity] {
         var result: [ProcessIdentity] = []
         for entry in timers.due(at: now) {
             switch entry.kind {
             case let .deadline(app, epoch):
-                guard let record = apps[app], record.epoch == epoch, record.state == .background,
-                      record.taskIDs.contains(where: { tasks[$0]?.state.isAssertion == true }) else { continue }
-                result.append(app)
+                let tasks = self.tasks.dictionary
+                let facing = apps.peek(app) { record in
+                    record.epoch == epoch && record.state == .background
+                        && record.taskIDs.contains(where: { tasks[$0]?.state.isAssertion == true })
+                }
+                if facing == true { result.append(app) }
             case let .transitionTimeout(app, epoch):
-                guard let record = apps[app], record.epoch == epoch, record.phase == .transition else { continue }
-                result.append(app)
+                if apps.peek(app, { $0.epoch == epoch && $0.phase == .transition }) == true { result.append(app) }
             case .grant, .warning, .kill, .wait, .requests:
                 continue
             }

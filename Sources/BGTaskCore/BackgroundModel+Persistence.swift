@@ -150,7 +150,7 @@ extension BackgroundModel {
     public var nextTaskIdentifier: TaskID { nextTaskID }
 
     /// Whether anything changed since the last `takeChanges()` or `takeQuotaChanges()`.
-    public var hasUnsavedChanges: Bool { apps.hasChanges || tasks.hasChanges || !quotaChanged.isEmpty || !requestChanges.isEmpty }
+    public var hasUnsavedChanges: Bool { mutating get { apps.hasChanges || tasks.hasChanges || !quotaChanged.isEmpty || !requestChanges.isEmpty } }
 
     /// What changed since the last call: the daemon writes these before it carries out the
     /// effects, so what is on disk is never behind what was done to a process.
@@ -259,8 +259,8 @@ extension BackgroundModel {
             tasks[task.id] = record
             tasksPerUID[uid, default: 0] += 1
             apps[unsaved: task.app]?.taskIDs.append(task.id)
-            tasksByOwner[task.owner, default: []].insert(task.id)
-            if task.connectionBound { tasksByConnection[previousConnections, default: []].insert(task.id) }
+            tasksByOwner.insert(task.id, under: task.owner)
+            if task.connectionBound { tasksByConnection.insert(task.id, under: previousConnections) }
             settleWatch(task.owner, before: watched, effects: &effects)
             if task.state == .pending { timers.insert(.grant(task.id), at: task.grantAt) }
             if !task.ageWarned { ageQueue.append((task.id, task.created)) }

@@ -13,7 +13,7 @@ public struct BackgroundModel {
     var apps = ChangeTracked<ProcessIdentity, AppRecord>()
     /// Active tasks only: a task that ends is forgotten (its names live on in history).
     var tasks = ChangeTracked<TaskID, TaskRecord>()
-    var tasksByOwner: [ProcessIdentity: Set<TaskID>] = [:]
+    var tasksByOwner: [ProcessIdentity: TaskIDs] = [:]
     /// Whether `process` is a registered app's own process.
     public func isApp(_ process: ProcessIdentity) -> Bool { apps.contains(process) }
 
@@ -46,7 +46,7 @@ public struct BackgroundModel {
     public var processContainment: Containment = .tree
     /// Active tasks by the uid of their app (`MaxTasksPerUser`).
     var tasksPerUID: [UInt32: Int] = [:]
-    var tasksByConnection: [ConnectionID: Set<TaskID>] = [:]
+    var tasksByConnection: [ConnectionID: TaskIDs] = [:]
     /// Processes sent a catchable terminate signal, and when their grace runs out (the
     /// `SIGKILL`). Changes are noted in `apps`, whose entry for the process is gone.
     var terminating: [ProcessIdentity: Termination] = [:]
@@ -105,11 +105,12 @@ public struct BackgroundModel {
 
     /// The registered app that `process` belongs to, of the same uid (a process of another
     /// uid is never part of an app; it is an app of its own): the unit app of its unit, else
-    /// the app that is the process or its nearest registered ancestor.
-    public func app(containing process: ProcessDescription) -> ProcessIdentity? {
-        if let unit = process.unit, let app = appsByUnit[unit], apps[app]?.uid == process.uid { return app }
-        if let app = apps[process.identity] { return app.uid == process.uid ? process.identity : nil }
-        return process.ancestors.first { apps[$0]?.uid == process.uid }
+    /// the app that is the process or its nearest registered ancestor. Mutating only to read
+    /// the records in place (`uid(of:)`): the daemon asks on every call.
+    public mutating func app(containing process: ProcessDescription) -> ProcessIdentity? {
+        if let unit = process.unit, let app = appsByUnit[unit], apps.peek(app, { $0.uid }) == process.uid { return app }
+        if let uid = apps.peek(process.identity, { $0.uid }) { return uid == process.uid ? process.identity : nil }
+        return process.ancestors.first { apps.peek($0, { $0.uid }) == process.uid }
     }
 
     /// The unit app whose unit's cgroup path is `unit`.
@@ -320,7 +321,7 @@ public struct BackgroundModel {
     /// does not mutate is handed a copy of the whole model (688 bytes, a `memcpy` per call).
     @inline(__always)
     func needsWatch(_ process: ProcessIdentity) -> Bool {
-        apps[process] != nil || !(tasksByOwner[process]?.isEmpty ?? true) || terminating[process] != nil
+        apps.contains(process) || tasksByOwner[process] != nil || terminating[process] != nil
     }
 
     /// Emits `watch`/`unwatch` if whether `process` needs a watch changed since it was `before`.

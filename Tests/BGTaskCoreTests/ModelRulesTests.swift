@@ -281,6 +281,28 @@ import Testing
         #expect(h.model.appCount == 0 && h.model.taskCount == 0)
     }
 
+    /// An owner's tasks are held inline while it has one, in a set beyond (`TaskIDs`): its
+    /// watch, and its exit's ending, follow every one of them through both.
+    @Test func anOwnersTasksAreFollowedOneOrMany() throws {
+        var h = ModelHarness()
+        let app = try h.app()
+        let helper = h.process(pid: 101, ancestors: [app]).identity
+        let first = try h.begin(app, "first", owner: helper)
+        let second = try h.begin(app, "second", owner: helper)
+        let third = try h.begin(app, "third", owner: helper)
+        #expect(h.take().filter { $0 == .watch(helper) }.count == 1)
+        try h.end(second, in: app)  // three to two
+        try h.end(first, in: app)   // two to one, held inline again
+        #expect(!h.take().contains(.unwatch(helper)))
+        #expect(h.model.uid(of: helper) == 1000)
+        let fourth = try h.begin(app, "fourth", owner: helper)  // one to two
+        h.model.processExited(helper, at: h.now, effects: &h.effects)
+        let effects = h.take()
+        #expect(effects.finishedTasks.map { "\($0.0) \($0.2!)" } == ["\(third) ownerExited", "\(fourth) ownerExited"])
+        #expect(effects.contains(.unwatch(helper)))
+        #expect(h.model.uid(of: helper) == nil)
+    }
+
     @Test func closingTheConnectionEndsTasksBegunWithMore() throws {
         var h = ModelHarness()
         let app = try h.app()
