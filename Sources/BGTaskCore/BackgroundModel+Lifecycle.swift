@@ -178,7 +178,7 @@ extension BackgroundModel {
             guard var task = tasks[id], task.state == .expiring else { continue }
             task.state = .granted
             tasks[id] = task
-            effects.append(.taskChanged(snapshot(task, at: now)))
+            reportChange(of: task, at: now, effects: &effects)
         }
         effects.append(.lifecycle(app, uid: record.uid, .willEnterForeground))
         settleQuota(app, at: now)
@@ -203,7 +203,7 @@ extension BackgroundModel {
             task.state = .expiring
             tasks[id] = task
             expiring.append(id)
-            effects.append(.taskChanged(snapshot(task, at: now)))
+            reportChange(of: task, at: now, effects: &effects)
             var text = "expires in "
             text += ConfigurationValue.formatTimeSpan(left)
             if !task.expirationHandler { text += "; it has no expiration handler" }

@@ -40,7 +40,7 @@ extension BackgroundModel {
         timers.insert(.grant(id), at: task.grantAt)
         ageQueue.append((id, now))
         let snapshot = snapshot(task, at: now)
-        effects.append(.taskChanged(snapshot))
+        if reportsChanges(of: task) { effects.append(.taskChanged(snapshot)) }
         return snapshot
     }
 
@@ -94,6 +94,18 @@ extension BackgroundModel {
 
     // MARK: Internals
 
+    /// Whether anyone hears of `task`'s changes: its stream, for a task begun with `more`
+    /// (`connection`), or a monitor, while `reportsEveryTaskChange`. Inlined, as
+    /// `needsWatch` is.
+    @inline(__always)
+    func reportsChanges(of task: TaskRecord) -> Bool { reportsEveryTaskChange || task.connection != nil }
+
+    /// Lists `task`'s change (`Effect.taskChanged`) if anyone hears of it.
+    @inline(__always)
+    func reportChange(of task: TaskRecord, reason: TaskReason? = nil, at now: Instant, effects: inout [Effect]) {
+        if reportsChanges(of: task) { effects.append(.taskChanged(snapshot(task, at: now, reason: reason))) }
+    }
+
     /// Reads `settings` where it lies (`borrowing`): handed by value, a whole configuration
     /// was copied per `BeginTask`.
     mutating func drawGrantLatency(_ settings: borrowing Configuration) -> Duration {
@@ -109,7 +121,7 @@ extension BackgroundModel {
         task.state = warned ? .expiring : .granted
         tasks[id] = task
         effects.append(.lifecycle(task.app, uid: task.uid, .taskGranted(id)))
-        effects.append(.taskChanged(snapshot(task, at: now)))
+        reportChange(of: task, at: now, effects: &effects)
         if debugLogging {
             effects.append(.log(.task(.taskGranted, .debug, id, name: task.name, app: task.app, uid: task.uid,
                                       command: apps[task.app]?.command, "granted")))
@@ -138,7 +150,7 @@ extension BackgroundModel {
         settleWatch(task.owner, before: watched, effects: &effects)
         if !task.ageWarned { forgetAgeEntry() }
         if state == .denied { effects.append(.lifecycle(task.app, uid: task.uid, .taskDenied(task.id, reason))) }
-        effects.append(.taskChanged(snapshot(ended, at: now, reason: reason)))
+        reportChange(of: ended, reason: reason, at: now, effects: &effects)
         settleQuota(task.app, at: now)
         if state == .ended, !debugLogging { return }
         let kind: LogKind = state == .denied ? .taskDenied : state == .expired ? .taskExpired : .taskEnded

@@ -136,7 +136,8 @@ public enum Effect: Equatable, Sendable {
     /// Deliver to the app's lifecycle subscribers (and to monitors allowed to see `uid`, the
     /// app's owner: carried here because the app may be gone by the time it is delivered).
     case lifecycle(ProcessIdentity, uid: UInt32, LifecycleEvent)
-    /// A task changed state (its `more` stream and monitors).
+    /// A task changed state (its `more` stream and monitors; only for a streamed task unless
+    /// `BackgroundModel.reportsEveryTaskChange`).
     case taskChanged(TaskSnapshot)
     /// Suspend, resume or terminate the app (`terminate` carries the signal), and record it.
     case act(AppActionRecord, signal: TerminateSignal?)

@@ -111,7 +111,9 @@ public final class Daemon {
     /// or two besides it is plenty). Each holds a queue of every event (shared bytes).
     static let maximumSubscribersPerApp = 8
     var taskStreams: [TaskID: ConnectionID] = [:]
-    var monitors: [ConnectionID] = []
+    var monitors: [ConnectionID] = [] {
+        didSet { model.reportsEveryTaskChange = !monitors.isEmpty }
+    }
     /// Connections with input answered and left in the socket (`settleInput`), by when it
     /// was left, from `inputLeftHead`; an entry whose instant is not its connection's `leftAt`
     /// any more was taken, or left again later.
@@ -146,6 +148,7 @@ public final class Daemon {
         self.loop = try EventLoop()
         self.model = BackgroundModel(configuration: configuration, seed: randomSeed())
         model.debugLogging = logDebug
+        model.reportsEveryTaskChange = false  // until a monitor connects (`monitors`)
         self.access = AccessPolicy(managerGID: Self.groupID(configuration.managerGroup))
 
         try listener.setNonBlocking()

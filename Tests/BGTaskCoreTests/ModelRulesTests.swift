@@ -303,6 +303,27 @@ import Testing
         #expect(h.model.uid(of: helper) == nil)
     }
 
+    /// Without a monitor (`reportsEveryTaskChange` off), only a streamed task's changes are
+    /// listed: nobody else hears of them.
+    @Test func taskChangesAreListedForTheirStreamOrForEveryTaskWhenAsked() throws {
+        var h = ModelHarness()
+        h.model.reportsEveryTaskChange = false
+        let app = try h.app()
+        let plain = try h.begin(app, "plain")
+        let streamed = try h.begin(app, "streamed", connection: ConnectionID(7))
+        h.at(0.05)  // both granted
+        try h.end(plain, in: app)
+        try h.end(streamed, in: app)
+        func changed(_ effects: [Effect]) -> [String] {
+            effects.compactMap { if case let .taskChanged(task) = $0 { "\(task.id) \(task.state)" } else { nil } }
+        }
+        #expect(changed(h.take()) == ["\(streamed) pending", "\(streamed) granted", "\(streamed) ended"])
+        h.model.reportsEveryTaskChange = true
+        let watched = try h.begin(app, "watched")
+        try h.end(watched, in: app)
+        #expect(changed(h.take()) == ["\(watched) pending", "\(watched) ended"])
+    }
+
     @Test func closingTheConnectionEndsTasksBegunWithMore() throws {
         var h = ModelHarness()
         let app = try h.app()
