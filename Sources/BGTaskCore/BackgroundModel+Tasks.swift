@@ -117,9 +117,14 @@ extension BackgroundModel {
 
     /// The grant timer fired.
     mutating func grant(_ id: TaskID, at now: Instant, effects: inout [Effect]) {
-        guard var task = tasks[id], task.state == .pending, let warned = apps.peek(task.app, { $0.warned }) else { return }
-        task.state = warned ? .expiring : .granted
-        tasks[id] = task
+        // Read and changed in place: the getter's copy and the setter's write back were a
+        // third of a grant (callgrind).
+        guard let (app, state) = tasks.peek(id, { ($0.app, $0.state) }), state == .pending,
+              let warned = apps.peek(app, { $0.warned }),
+              let task = tasks.update(id, { task in
+                  task.state = warned ? .expiring : .granted
+                  return task
+              }) else { return }
         effects.append(.lifecycle(task.app, uid: task.uid, .taskGranted(id)))
         reportChange(of: task, at: now, effects: &effects)
         if debugLogging {
