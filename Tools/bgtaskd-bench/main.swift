@@ -103,17 +103,38 @@ let echo = try Child([binaryDirectory + "/bgtaskd-bench", "--echo-server", echoP
 echoOutWrite.close()
 _ = try echoOut.waitReadable(timeoutMilliseconds: 10_000)
 
-@MainActor func roundTrips(_ path: String, count: Int, pollsFirst: Bool = false) throws -> [Double] {
-    let client = try RawClient(path: path, pollsFirst: pollsFirst)
-    for _ in 0..<(count / 10) { try pair(client) }  // warm up
-    var samples: [Double] = []
-    samples.reserveCapacity(count)
-    for _ in 0..<count {
-        let start = now()
-        try pair(client)
-        samples.append(Double(now() - start) / 1000)
+/// `count` round trips of bgtaskd (`path`) and of the echo (`basePath`), taken in turns, 20
+/// blocks each: a slow spell of this shared machine (they last seconds) falls on both alike
+/// instead of deciding the ratio by which of the two it fell on.
+@MainActor func roundTrips(_ path: String, against basePath: String, count: Int,
+                           pollsFirst: Bool = false) throws -> (ours: Summary, base: Summary) {
+    let clients = [try RawClient(path: path, pollsFirst: pollsFirst), try RawClient(path: basePath, pollsFirst: pollsFirst)]
+    for client in clients { for _ in 0..<(count / 10) { try pair(client) } }  // warm up
+    var samples: [[Double]] = [[], []]
+    let block = max(1, count / 20)
+    while samples[1].count < count {
+        for (index, client) in clients.enumerated() {
+            for _ in 0..<min(block, count - samples[index].count) {
+                let start = now()
+                try pair(client)
+                samples[index].append(Double(now() - start) / 1000)
+            }
+        }
     }
-    return samples
+    return (Summary(samples[0]), Summary(samples[1]))
+}
+
+/// Begin+End pairs per second of bgtaskd and of the echo, measured in turns, four slices
+/// each (the reason `roundTrips` takes turns).
+@MainActor func throughput(_ path: String, against basePath: String, clients: Int,
+                           seconds: Double) throws -> (ours: Double, base: Double) {
+    let slices = 4
+    var ours = 0.0, base = 0.0
+    for _ in 0..<slices {
+        ours += try throughput(path, clients: clients, seconds: seconds / Double(slices))
+        base += try throughput(basePath, clients: clients, seconds: seconds / Double(slices))
+    }
+    return (ours / Double(slices), base / Double(slices))
 }
 
 @MainActor func throughput(_ path: String, clients: Int, seconds: Double) throws -> Double {
@@ -158,8 +179,7 @@ if sections.contains("roundtrip") {
     for pinned in [true, false] {
         let cpus = pinned ? [0] : onlineCPUs
         for pid in [daemon.child.pid, echo.pid, 0] { try setCPUAffinity(pid: pid, cpus: cpus) }
-        let ours = Summary(try roundTrips(daemon.socketPath, count: pairs))
-        let base = Summary(try roundTrips(echoPath, count: pairs))
+        let (ours, base) = try roundTrips(daemon.socketPath, against: echoPath, count: pairs)
         let key = pinned ? "roundTripPinned" : "roundTripUnpinned"
         results[key] = roundTripJSON(ours, base)
         row("round trip Begin+End, \(pinned ? "pinned to 1 CPU" : "unpinned") (µs)", "\(ours)", "echo \(base)",
@@ -170,8 +190,7 @@ if sections.contains("roundtrip") {
             // The target's client sleeps in read(2), and on one CPU the server's take of each
             // answered call wakes it for nothing (README, tenth round); the libraries' clients
             // poll first. For the record, not a target.
-            let polling = Summary(try roundTrips(daemon.socketPath, count: pairs, pollsFirst: true))
-            let pollingBase = Summary(try roundTrips(echoPath, count: pairs, pollsFirst: true))
+            let (polling, pollingBase) = try roundTrips(daemon.socketPath, against: echoPath, count: pairs, pollsFirst: true)
             results["roundTripPinnedPollingClient"] = roundTripJSON(polling, pollingBase)
             row("the same, a client polling before it reads, as the libraries do (µs)", "\(polling)", "echo \(pollingBase)",
                 roundTripRatios(polling, pollingBase))
@@ -179,8 +198,7 @@ if sections.contains("roundtrip") {
     }
     var throughputs: [String: JSON] = [:]
     for clients in [1, 16, 64, 256] {
-        let ours = try throughput(daemon.socketPath, clients: clients, seconds: throughputSeconds)
-        let base = try throughput(echoPath, clients: clients, seconds: throughputSeconds)
+        let (ours, base) = try throughput(daemon.socketPath, against: echoPath, clients: clients, seconds: throughputSeconds)
         throughputs["\(clients)"] = .object(["bgtaskd": .double(ours), "echo": .double(base), "ratio": .double(ours / base)])
         row("throughput, \(clients) client\(clients == 1 ? "" : "s") (Begin+End pairs/s)", format(ours, 0), "echo \(format(base, 0))",
             clients == 64 ? check(ours / base, "≥", 0.9, key: "throughput64") : "×\(format(ours / base, 2))")
