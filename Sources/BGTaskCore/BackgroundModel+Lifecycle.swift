@@ -312,7 +312,7 @@ extension BackgroundModel {
         for entry in timers.due(at: now) {
             switch entry.kind {
             case let .deadline(app, epoch):
-                let tasks = self.tasks.dictionary
+                let tasks = self.tasks.snapshot
                 let facing = apps.peek(app) { record in
                     record.epoch == epoch && record.state == .background
                         && record.taskIDs.contains(where: { tasks[$0]?.state.isAssertion == true })

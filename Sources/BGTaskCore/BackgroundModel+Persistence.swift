@@ -159,7 +159,7 @@ extension BackgroundModel {
         // a copy of the whole model, and the getter a copy of each record (callgrind: ~5,000
         // instructions per app backgrounded).
         var processes: [SavedProcessChange] = []
-        processes.reserveCapacity(apps.changedKeys.count)
+        processes.reserveCapacity(apps.changedCount)
         for identity in apps.changedKeys {
             if let app = apps.peek(identity, { Self.saved($0) }) {
                 processes.append(.app(app))
@@ -170,7 +170,7 @@ extension BackgroundModel {
             }
         }
         var tasks: [SavedTaskChange] = []
-        tasks.reserveCapacity(self.tasks.changedKeys.count)
+        tasks.reserveCapacity(self.tasks.changedCount)
         for id in self.tasks.changedKeys {
             tasks.append(self.tasks.peek(id, { Self.saved($0) }).map { .task($0) } ?? .gone(id))
         }

@@ -196,7 +196,7 @@ extension BackgroundModel {
         ageQueueDead += 1
         let entries = ageQueue.count - ageQueueHead
         guard ageQueueDead > 64, ageQueueDead * 2 > entries else { return }
-        let tasks = self.tasks.dictionary
+        let tasks = self.tasks.snapshot
         ageQueue = ageQueue[ageQueueHead...].filter { tasks[$0.id] != nil }
         ageQueueHead = 0
         ageQueueDead = 0

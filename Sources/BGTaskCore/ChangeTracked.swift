@@ -3,30 +3,31 @@
 ///
 /// Every write goes through the subscript (`_modify` mutates in place: appending to a
 /// record's array does not copy it), which notes the key; `changedKeys` are those, until
-/// `clearChanges()`.
-struct ChangeTracked<Key: Hashable, Value> {
-    private(set) var dictionary: [Key: Value] = [:]
-    private var changed: Set<Key> = []
+/// `clearChanges()`. Keys are hashed as one word (`WordKey`): the model's two tables are
+/// looked up several times per call.
+struct ChangeTracked<Key: HashWord, Value> {
+    private var dictionary: [WordKey<Key>: Value] = [:]
+    private var changed: Set<WordKey<Key>> = []
 
     subscript(key: Key) -> Value? {
-        get { dictionary[key] }
+        get { dictionary[WordKey(key)] }
         // Assigning a whole value (`apps[id] = record`): the dictionary's own setter; `_modify`
         // moved the old value out and back before it was replaced (callgrind).
         set {
-            changed.insert(key)
-            dictionary[key] = newValue
+            changed.insert(WordKey(key))
+            dictionary[WordKey(key)] = newValue
         }
         _modify {
-            changed.insert(key)
-            yield &dictionary[key]
+            changed.insert(WordKey(key))
+            yield &dictionary[WordKey(key)]
         }
     }
 
     /// Writes what is not saved (an app's task list, rebuilt from the tasks on restore; its
     /// subscriber count, which a restart resets) without noting a change.
     subscript(unsaved key: Key) -> Value? {
-        get { dictionary[key] }
-        _modify { yield &dictionary[key] }
+        get { dictionary[WordKey(key)] }
+        _modify { yield &dictionary[WordKey(key)] }
     }
 
     /// Changes `key`'s value where it lies (noted as changed unless `saved` is false); `nil`
@@ -34,8 +35,8 @@ struct ChangeTracked<Key: Hashable, Value> {
     /// and back in (~700 instructions for an app's record: callgrind), once per field set.
     @discardableResult
     mutating func update<T>(_ key: Key, saved: Bool = true, _ change: (inout Value) -> T) -> T? {
-        guard let index = dictionary.index(forKey: key) else { return nil }
-        if saved { changed.insert(key) }
+        guard let index = dictionary.index(forKey: WordKey(key)) else { return nil }
+        if saved { changed.insert(WordKey(key)) }
         return change(&dictionary.values[index])
     }
 
@@ -45,22 +46,56 @@ struct ChangeTracked<Key: Hashable, Value> {
     mutating func peek<T>(_ key: Key, _ read: (inout Value) -> T) -> T? { update(key, saved: false, read) }
 
     /// Whether `key` has a value, without the getter's copy of it.
-    func contains(_ key: Key) -> Bool { dictionary.index(forKey: key) != nil }
+    func contains(_ key: Key) -> Bool { dictionary.index(forKey: WordKey(key)) != nil }
 
     var count: Int { dictionary.count }
-    var keys: Dictionary<Key, Value>.Keys { dictionary.keys }
-    var values: Dictionary<Key, Value>.Values { dictionary.values }
+    var keys: LazyMapSequence<Dictionary<WordKey<Key>, Value>.Keys, Key> { dictionary.keys.lazy.map(\.key) }
+    var values: Dictionary<WordKey<Key>, Value>.Values { dictionary.values }
+
+    /// The values as they are now, to read while the table itself is written (a copy of the
+    /// table's reference, not of its entries).
+    var snapshot: Snapshot { Snapshot(dictionary: dictionary) }
+
+    struct Snapshot {
+        fileprivate let dictionary: [WordKey<Key>: Value]
+        subscript(key: Key) -> Value? { dictionary[WordKey(key)] }
+    }
 
     /// Whether a key was written since the last `clearChanges()`.
     var hasChanges: Bool { !changed.isEmpty }
 
     /// The keys written since the last `clearChanges()`.
-    var changedKeys: Set<Key> { changed }
+    var changedKeys: LazyMapSequence<Set<WordKey<Key>>, Key> { changed.lazy.map(\.key) }
+
+    /// How many keys were written since the last `clearChanges()`.
+    var changedCount: Int { changed.count }
 
     /// Starts afresh, keeping the set's storage: taking the set and starting a new one
     /// allocated one per pass (callgrind).
     mutating func clearChanges() { changed.removeAll(keepingCapacity: true) }
 
     /// Notes `key` as changed without writing it.
-    mutating func touch(_ key: Key) { changed.insert(key) }
+    mutating func touch(_ key: Key) { changed.insert(WordKey(key)) }
+}
+
+/// A key hashed as one word of its own: `WordKey` mixes it with the table's seed
+/// (`seededHash`) instead of running a SipHash over a `Hasher` (~250 instructions per
+/// lookup of an `Int` key, four or five per call: callgrind). Equal keys give equal words.
+protocol HashWord: Hashable {
+    var hashWord: UInt64 { get }
+}
+
+extension Int: HashWord {
+    var hashWord: UInt64 { UInt64(bitPattern: Int64(self)) }
+}
+
+/// A table's key, hashed by its `hashWord`. Task ids are the daemon's own, counted up, and
+/// identities come from the kernel: with the random key `seededHash` mixes in, a local user
+/// cannot line keys up in one bucket.
+struct WordKey<Key: HashWord>: Hashable {
+    let key: Key
+    init(_ key: Key) { self.key = key }
+    static func == (lhs: Self, rhs: Self) -> Bool { lhs.key == rhs.key }
+    func hash(into hasher: inout Hasher) { hasher.combine(key.hashWord) }
+    func _rawHashValue(seed: Int) -> Int { seededHash(key.hashWord, seed: seed) }
 }

@@ -5,7 +5,7 @@
 /// start time (clock ticks after boot, field 22 of `/proc/PID/stat`) everywhere.
 ///
 /// The model only names processes; the daemon holds each one by pidfd.
-public struct ProcessIdentity: Hashable, Sendable, CustomStringConvertible {
+public struct ProcessIdentity: Hashable, HashWord, Sendable, CustomStringConvertible {
     /// The process id, for display and for opening a pidfd.
     public var pid: Int32
     /// The start time in clock ticks after boot.
@@ -22,9 +22,9 @@ public struct ProcessIdentity: Hashable, Sendable, CustomStringConvertible {
     public var description: String { "pid \(pid)" }
 
     /// One word for the hasher, not three: equal identities give equal words.
-    private var word: UInt64 { (inode &* 0x9E37_79B9_7F4A_7C15) ^ (startTime &<< 22) ^ UInt64(UInt32(bitPattern: pid)) }
+    var hashWord: UInt64 { (inode &* 0x9E37_79B9_7F4A_7C15) ^ (startTime &<< 22) ^ UInt64(UInt32(bitPattern: pid)) }
 
-    public func hash(into hasher: inout Hasher) { hasher.combine(word) }
+    public func hash(into hasher: inout Hasher) { hasher.combine(hashWord) }
 
     /// What a dictionary or set asks for: the word mixed with the table's seed by
     /// SplitMix64's finalizer (a bijection), not a SipHash over a `Hasher`. The model and the
@@ -32,7 +32,7 @@ public struct ProcessIdentity: Hashable, Sendable, CustomStringConvertible {
     /// `Hasher` (callgrind: a tenth of a call). Pids, start times and inodes come from the
     /// kernel, and a key drawn at random when the process starts is mixed in with the
     /// table's seed: a local user cannot line identities up in one bucket.
-    public func _rawHashValue(seed: Int) -> Int { seededHash(word, seed: seed) }
+    public func _rawHashValue(seed: Int) -> Int { seededHash(hashWord, seed: seed) }
 }
 
 /// Drawn once per process, for `seededHash`.
