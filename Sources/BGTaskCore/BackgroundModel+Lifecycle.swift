@@ -309,10 +309,10 @@ extension BackgroundModel {
     /// Mutating only to be read in place (the daemon asks at every pass).
     public mutating func appsFacingTermination(at now: Instant) -> [ProcessIdentity] {
         var result: [ProcessIdentity] = []
+        let tasks = self.tasks.snapshot
         for entry in timers.due(at: now) {
             switch entry.kind {
             case let .deadline(app, epoch):
-                let tasks = self.tasks.snapshot
                 let facing = apps.peek(app) { record in
                     record.epoch == epoch && record.state == .background
                         && record.taskIDs.contains(where: { tasks[$0]?.state.isAssertion == true })

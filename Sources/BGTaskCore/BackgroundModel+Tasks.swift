@@ -13,9 +13,7 @@ extension BackgroundModel {
         guard let (uid, state, warned, heldTasks, policy) = apps.peek(app, { ($0.uid, $0.state, $0.warned, $0.taskIDs.count, $0.policyBox) })
         else { throw .noSuchApp(app.pid) }
         if state == .suspended || warned { throw .noBackgroundTime }
-        if state == .background, policy != nil, let record = apps[app], quotaRemaining(record, at: now) == .zero {
-            throw .noBackgroundTime
-        }
+        if state == .background, policy != nil, quotaRemaining(of: app, at: now) == .zero { throw .noBackgroundTime }
         if let policy = policy?.value, let maxTasks = policy.maxTasks, heldTasks >= maxTasks {
             throw .limitExceeded("MaxTasks=\(maxTasks) of policy \(policy.name) reached")
         }
