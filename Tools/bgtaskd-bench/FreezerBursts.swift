@@ -141,21 +141,23 @@ func median(_ values: [Double]) -> Double {
         guard mkdir(directory, 0o755) == 0 else { throw Errno.current("mkdir \(directory)") }
         made.append(directory)
     }
-    // The apps report in to the first round's daemon (a connection each, closed at once).
-    var daemon = try BenchDaemon(freezerSettings)
-    let apps = try BenchApps(socket: daemon.socketPath)
-    defer {
-        daemon.stop()
-        apps.end()
+    // The apps report in to a daemon of their own (a connection each, closed at once), so
+    // that every round's daemon starts knowing nothing of them.
+    let spawning = try BenchDaemon(freezerSettings)
+    let apps = try BenchApps(socket: spawning.socketPath)
+    defer { apps.end() }
+    let pids: [Int32]
+    do {
+        defer { spawning.stop() }
+        pids = try apps.spawn(count, tasks: 0, cgroups: directories)
     }
-    let pids = try apps.spawn(count, tasks: 0, cgroups: directories)
     let watched = try FreezerEvents(directories)
     // Rounds in turns, each a daemon of its own and then the C loop: a burst lasts half a
     // second, and this machine's spells of other work (a kernel thread taking a quarter of
     // its CPU time for a while, `perf`) fall on one side of a single pair as often as not.
     var rounds: [FreezerRound] = []
-    for index in 0..<freezerRounds {
-        if index > 0 { daemon = try BenchDaemon(freezerSettings) }
+    for _ in 0..<freezerRounds {
+        let daemon = try BenchDaemon(freezerSettings)
         rounds.append(try freezerRound(daemon, pids: pids, directories: directories, watched: watched))
     }
     let opening = try freezeLoop(directories, frozen: true, opening: true)
