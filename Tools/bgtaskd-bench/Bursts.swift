@@ -13,13 +13,10 @@ import Varlink
 enum ChildEvents {
     /// Waits until every one of `pids` has stopped (`continued`: continued); returns when
     /// each was seen to. Sweeps the ones still running (each look is O(1) in the kernel),
-    /// resting after every sweep as long as it took (`sweepRest`): 10,000 looks take
-    /// milliseconds, and sweeping without a rest took one of the machine's two CPUs from the
-    /// daemon and the apps measured (a burst of deadlines, whose stops come over a second,
-    /// found something in nearly every sweep, and the bench's own process was 36 % of the
-    /// machine's samples in that window, as much as the daemon's: `perf`). Only the last
-    /// stop is measured, and it is known to within the last sweeps and their rests, which are
-    /// short when few are left. `notBefore`:
+    /// resting after a sweep that found nothing as long as the sweep took (100 µs at least,
+    /// 1 ms at most): 10,000 looks take milliseconds, and sweeping without a rest would take
+    /// one of the machine's two CPUs from the daemon and the apps measured. The time of the
+    /// last stop is known to within the last sweeps' rest, when few are left. `notBefore`:
     /// nothing measured happens before that instant, so the
     /// sweeps start then (a stop before it is stamped at the first sweep: only the last stop
     /// is measured).
@@ -42,24 +39,20 @@ enum ChildEvents {
                     still.append(pid)
                 }
             }
-            if still.count == pending.count, now() > giveUp {
-                say("bench: \(pending.count) of \(pids.count) apps not \(continued ? "continued" : "stopped") within \(seconds)s")
-                for pid in pids where pid > 1 {  // the apps are ours, unreaped: their pids are theirs
-                    if let pidfd = try? Pidfd.open(pid: pid) { try? pidfd.send(signal: SIGKILL) }
+            if still.count == pending.count {
+                if now() > giveUp {
+                    say("bench: \(pending.count) of \(pids.count) apps not \(continued ? "continued" : "stopped") within \(seconds)s")
+                    for pid in pids where pid > 1 {  // the apps are ours, unreaped: their pids are theirs
+                        if let pidfd = try? Pidfd.open(pid: pid) { try? pidfd.send(signal: SIGKILL) }
+                    }
+                    exit(1)
                 }
-                exit(1)
+                sleepUntil(now() + min(max(now() - sweep, 100_000), 1_000_000))  // nothing new: let the daemon and the apps run
             }
             pending = still
-            if !pending.isEmpty { sleepUntil(now() + sweepRest(since: sweep)) }  // let the daemon and the apps run
         }
         return seen
     }
-}
-
-/// The rest after a sweep that began at `sweep`: as long as it took, 100 µs at least and
-/// 10 ms at most. The bench's pollers then take at most half a CPU from what they measure.
-func sweepRest(since sweep: Int64) -> Int64 {
-    min(max(now() - sweep, 100_000), 10_000_000)
 }
 
 /// Calls sent down one connection without waiting for replies, which another thread reads

@@ -10,8 +10,8 @@ import Foundation
 import Varlink
 
 /// When cgroups report `frozen 1` (or 0) in `cgroup.events`: each open, read from the start
-/// in sweeps over those not there yet, resting after each as `ChildEvents` does for signals
-/// (`sweepRest`). The same poller for bgtaskd and for the baseline.
+/// in sweeps over those not there yet, resting 100 µs after a sweep that found nothing (as
+/// `ChildEvents` does for signals). The same poller for bgtaskd and for the baseline.
 struct FreezerEvents {
     let events: [FileDescriptor]
 
@@ -31,18 +31,19 @@ struct FreezerEvents {
         let giveUp = now() + Int64(seconds * 1e9)
         var buffer = [UInt8](repeating: 0, count: 256)
         while !pending.isEmpty {
-            let sweep = now()
             var still: [Int] = []
             still.reserveCapacity(pending.count)
             for index in pending {
                 let n = buffer.withUnsafeMutableBytes { pread(events[index].rawValue, $0.baseAddress, $0.count, 0) }
                 if n > 0, buffer[..<n].firstRange(of: wanted) != nil { last = now() } else { still.append(index) }
             }
-            if still.count == pending.count, now() > giveUp {
-                throw ClientError(.timedOut, "\(pending.count) of \(events.count) cgroups not \(frozen ? "frozen" : "thawed") within \(seconds)s")
+            if still.count == pending.count {
+                if now() > giveUp {
+                    throw ClientError(.timedOut, "\(pending.count) of \(events.count) cgroups not \(frozen ? "frozen" : "thawed") within \(seconds)s")
+                }
+                sleepUntil(now() + 100_000)
             }
             pending = still
-            if !pending.isEmpty { sleepUntil(now() + sweepRest(since: sweep)) }
         }
         return last
     }
