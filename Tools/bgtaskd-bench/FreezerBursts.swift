@@ -139,12 +139,6 @@ let freezerSettings = ["GrantLatencyMinSec=0", "GrantLatencyMaxSec=0", "Backgrou
     return round
 }
 
-/// The median of `values` (the middle one of an odd count).
-func median(_ values: [Double]) -> Double {
-    let sorted = values.sorted()
-    return sorted.isEmpty ? .nan : sorted[sorted.count / 2]
-}
-
 @MainActor func freezerBursts(count requested: Int) throws {
     guard getuid() == 0, let root = Cgroup.mountPoint else {
         say("freezer bursts skipped: they need root and cgroup v2")
@@ -194,6 +188,8 @@ func median(_ values: [Double]) -> Double {
     _ = try watched.await(frozen: false)
     unfreeze.process.stop()
 
+    // Medians: `Summary`'s p50 of an odd count is its middle value.
+    func median(_ values: [Double]) -> Double { Summary(values).p50 }
     let backgroundMs = median(rounds.map(\.background)), foregroundMs = median(rounds.map(\.foreground))
     let baselineFreeze = median(rounds.map(\.baselineFreeze)), baselineThaw = median(rounds.map(\.baselineThaw))
     let ratio = median(rounds.map(\.ratio)), thawRatio = median(rounds.map { $0.foreground / $0.baselineThaw })
