@@ -28,12 +28,18 @@ extension Enforcer {
             return .failure(.reason("it shares \(cgroup.directory) with bgtaskd"))
         }
         if unit(app) != nil { return .success(cgroup) }  // the unit is the app, whatever is in it
-        guard let members = try? cgroup.processes() else {
-            return .failure(.reason("cannot read \(cgroup.directory)/cgroup.procs"))
-        }
         let tree = Set(tree.map(\.pid))
-        if let stranger = members.first(where: { !tree.contains($0) }) {
-            return .failure(.reason("it shares \(cgroup.directory) with pid \(stranger), which is not part of the app"))
+        // A shared cgroup (a session's: hundreds of processes) is told by its first stranger,
+        // not by the list of all of them (`Cgroup.firstProcess`). Without one, every member is
+        // the app's: the whole list is no longer than its tree.
+        let members: [Int32]
+        do {
+            if let stranger = try cgroup.firstProcess(where: { !tree.contains($0) }) {
+                return .failure(.reason("it shares \(cgroup.directory) with pid \(stranger), which is not part of the app"))
+            }
+            members = try cgroup.processes()
+        } catch {
+            return .failure(.reason("cannot read \(cgroup.directory)/cgroup.procs"))
         }
         if let outside = tree.first(where: { !members.contains($0) }) {
             return .failure(.reason("its pid \(outside) is outside \(cgroup.directory)"))

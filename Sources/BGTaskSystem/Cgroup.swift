@@ -127,10 +127,44 @@ public struct Cgroup: Equatable, Sendable {
     /// The pids in this cgroup and every cgroup below it.
     public func processes() throws(Errno) -> [Int32] {
         var pids: [Int32] = []
-        let text = String(decoding: try readFile(directory + "/cgroup.procs"), as: UTF8.self)
-        pids += text.split(separator: "\n").compactMap { Int32($0) }
-        for child in subdirectories() { pids += try Cgroup(directory: child).processes() }
+        _ = try visitProcesses(readingBy: 4096) { pids.append($0); return false }
         return pids
+    }
+
+    /// The first pid in this cgroup or below it for which `matches` holds; `nil` if none.
+    /// `cgroup.procs` is read a few lines at a time, and no further than that pid: the kernel
+    /// lists a cgroup's processes as they are read (the whole list of a cgroup of 10,000
+    /// took 4.3–7.5 ms here, its first 64 bytes 30–45 µs; of 300, 86 µs and 11 µs), and
+    /// one process that is not an app's is all a look at a shared cgroup needs.
+    public func firstProcess(where matches: (Int32) -> Bool) throws(Errno) -> Int32? {
+        var found: Int32?
+        _ = try visitProcesses(readingBy: 128) { pid in
+            if matches(pid) { found = pid }
+            return found != nil
+        }
+        return found
+    }
+
+    /// Calls `visit` with each pid of this cgroup, then of the cgroups below it, until it
+    /// returns true; returns whether it did.
+    private func visitProcesses(readingBy size: Int, _ visit: (Int32) -> Bool) throws(Errno) -> Bool {
+        let path = directory + "/cgroup.procs"
+        let file = FileDescriptor(try systemCall("open(\(path))") { Glibc.open(path, O_RDONLY | O_CLOEXEC) })
+        var pid: Int32 = 0, digits = false
+        while case let chunk = try file.read(upTo: size), !chunk.isEmpty {
+            for byte in chunk {
+                if byte == UInt8(ascii: "\n") {
+                    if digits, visit(pid) { return true }
+                    (pid, digits) = (0, false)
+                } else if byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") {
+                    (pid, digits) = (pid &* 10 &+ Int32(byte - UInt8(ascii: "0")), true)
+                }
+            }
+        }
+        if digits, visit(pid) { return true }
+        file.close()  // before the cgroups below: one descriptor at a time, however deep
+        for child in subdirectories() where try Cgroup(directory: child).visitProcesses(readingBy: size, visit) { return true }
+        return false
     }
 
     private func subdirectories() -> [String] {

@@ -203,6 +203,35 @@ import TestSupport
         #expect(parents.count <= 2)
     }
 
+    /// A cgroup's processes and those of the cgroups below it, read whole or up to the first
+    /// that matches, a few lines at a time (pids cut between two reads are read whole).
+    @Test(.enabled(if: Capabilities.cgroupsWritable, "needs a writable cgroup v2 hierarchy (root)"))
+    func aCgroupsProcessesAreReadUpToTheFirstThatMatches() throws {
+        let cgroup = Cgroup(directory: Cgroup.mountPoint! + "/bgtaskd-test-\(getpid())-procs")
+        let below = Cgroup(directory: cgroup.directory + "/below")
+        try systemCall("mkdir") { mkdir(cgroup.directory, 0o755) }
+        try systemCall("mkdir") { mkdir(below.directory, 0o755) }
+        defer {
+            try? cgroup.kill()
+            try? waitUntil("the cgroup empty") { try cgroup.processes().isEmpty }
+            rmdir(below.directory)
+            rmdir(cgroup.directory)
+        }
+        // 40 processes in the cgroup (their list is longer than a read), one below it.
+        let shell = try Spawned("/bin/sh", ["-c", "echo $$ > \(cgroup.directory)/cgroup.procs; for i in $(seq 40); do sleep 60 & done; "
+            + "sleep 60 & echo $! > \(below.directory)/cgroup.procs; echo $!; wait"])
+        let lowest = try #require(shell.readLine(timeout: 5).flatMap { Int32($0) })
+        let all = try cgroup.processes()
+        #expect(all.count == 42)
+        #expect(all.last == lowest)
+        #expect(try below.processes() == [lowest])
+        #expect(all.map(String.init).joined(separator: "\n").utf8.count > 128)
+        for pid in all { #expect(try cgroup.firstProcess(where: { $0 == pid }) == pid) }
+        #expect(try cgroup.firstProcess(where: { _ in true }) == all.first)
+        #expect(try cgroup.firstProcess(where: { _ in false }) == nil)
+        #expect(throws: Errno.self) { try Cgroup(directory: cgroup.directory + "/none").firstProcess(where: { _ in true }) }
+    }
+
     @Test(.enabled(if: Capabilities.cgroupsWritable, "needs a writable cgroup v2 hierarchy (root)"))
     func freezeThawAndKillACgroup() throws {
         let cgroup = Cgroup(directory: Cgroup.mountPoint! + "/bgtaskd-test-\(getpid())-freeze")
