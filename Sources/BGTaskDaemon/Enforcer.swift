@@ -176,18 +176,26 @@ final class Enforcer {
 
     /// Thaws, then sends `signal` to every process of the app. For a catchable signal the
     /// processes are remembered (by pidfd) so `kill` can finish the job.
+    ///
+    /// A frozen app's cgroup and a unit's are the app: killed whole, with no walk. A process
+    /// app's tree is walked once, stopping it (it was walked twice: once to look for a cgroup
+    /// of its own, once to stop it). That cgroup is looked for only for a catchable signal,
+    /// for the grace's `kill` to end with: with `SIGKILL` the stopped tree is all there is.
     func terminate(_ app: ProcessIdentity, uid: UInt32, command: String, signal: Int32, at now: Int64) {
         defer { reportExcluded(app, command: command, action: "terminated") }
-        let cgroup = suspended[app].flatMap { if case let .freezer(c) = $0.method { c } else { nil } }
-            ?? (try? ownCgroup(of: app, uid: uid, tree: members(of: app, uid: uid), at: now).get())
+        let whole = suspended[app].flatMap { if case let .freezer(c) = $0.method { c } else { nil } }
+            ?? (unit(app) == nil ? nil : try? ownCgroup(of: app, uid: uid, tree: [], at: now).get())
         note(app, nil, at: now)
         _ = takePendingFreeze(of: app)
-        if let cgroup {
-            try? cgroup.setFrozen(false, parents: parents)
-            if signal == Signal.kill, (try? cgroup.kill()) != nil { return }
+        if let whole {
+            try? whole.setFrozen(false, parents: parents)
+            if signal == Signal.kill, (try? whole.kill()) != nil { return }
         }
         // Stop the whole tree first so nothing forks its way out, then thaw and signal.
-        let pidfds = stopTree(app, uid: uid) + (cgroup.map(pidfds(in:)) ?? [])
+        let tree = stopTree(app, uid: uid)
+        let cgroup = whole ?? (signal == Signal.kill || tree.isEmpty || (sharedCgroupUntil[app] ?? .min) > now ? nil
+            : try? ownCgroup(of: app, uid: uid, tree: tree, at: now).get())
+        let pidfds = tree + (whole.map(pidfds(in:)) ?? [])
         for pidfd in pidfds {
             if signal != Signal.kill { try? pidfd.send(signal: Signal.continue) }
             try? pidfd.send(signal: signal)
