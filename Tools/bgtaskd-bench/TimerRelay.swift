@@ -13,6 +13,8 @@ import Foundation
 final class TimerRelay: @unchecked Sendable {
     /// How late each instant arrived, in milliseconds.
     let lateness = Locked<[Double]>([])
+    /// When each was due, in the same order.
+    let dues = Locked<[Int64]>([])
     private let instants: FileDescriptor
     private let loopThread: Thread
 
@@ -58,6 +60,7 @@ final class TimerRelay: @unchecked Sendable {
             }
         }
         let lateness = self.lateness
+        let dues = self.dues
         Thread {
             var buffered: [UInt8] = []
             while let bytes = try? relayRead.read(upTo: 4096), !bytes.isEmpty {
@@ -67,6 +70,7 @@ final class TimerRelay: @unchecked Sendable {
                     let instant = buffered.prefix(8).withUnsafeBytes { $0.loadUnaligned(as: Int64.self) }
                     buffered.removeFirst(8)
                     lateness.withLock { $0.append(Double(arrived - instant) / 1e6) }
+                    dues.withLock { $0.append(instant) }
                 }
             }
         }.start()
