@@ -124,6 +124,69 @@ import TestSupport
         try waitUntil("the cgroup empty") { try cgroup.processes().isEmpty }
     }
 
+    /// A process app in a cgroup it shares (a login session's) is told so by the first
+    /// stranger in the cgroup's list (`Cgroup.firstProcess`): suspended with signals, the
+    /// stranger neither frozen nor stopped; terminated with `SIGKILL` through its tree alone.
+    @Test(.enabled(if: Capabilities.cgroupsWritable, "needs a writable cgroup v2 hierarchy (root)"))
+    func aProcessAppSharingItsCgroupIsActedOnThroughItsTree() throws {
+        let rig = try Rig()
+        let cgroup = Cgroup(directory: Cgroup.mountPoint! + "/bgtaskd-test-\(getpid())-shared")
+        try systemCall("mkdir") { mkdir(cgroup.directory, 0o755) }
+        defer { rmdir(cgroup.directory) }
+        let stranger = try Spawned("/bin/sh", ["-c", "echo $$ > \(cgroup.directory)/cgroup.procs; echo ready; exec sleep 1000"])
+        try stranger.expectLine("ready")
+        defer {
+            stranger.killTree()
+            _ = try? stranger.wait(timeout: 5)
+            try? waitUntil("the cgroup empty") { try cgroup.processes().isEmpty }
+        }
+        let shell = try Spawned("/bin/sh", ["-c", "echo $$ > \(cgroup.directory)/cgroup.procs; sleep 1000 & sleep 1000 & echo ready; wait"])
+        try shell.expectLine("ready")
+        try waitUntil("both children") { processTree(of: shell.pidfd).count == 3 }
+        let app = try rig.app(shell)
+        rig.enforcer.suspend(app, uid: 0, command: "sh", mode: .auto, at: 0)
+        #expect(rig.enforcer.suspended[app]?.method == .signals)
+        try waitUntil("every process of the app stopped") { processTree(of: shell.pidfd).allSatisfy { $0.state == "T" } }
+        #expect(try !cgroup.isFrozen())
+        #expect(processState(stranger.pid) != "T")
+        rig.enforcer.terminate(app, uid: 0, command: "sh", signal: Signal.kill, at: 1_000)
+        #expect(Spawned.terminatingSignal(try shell.wait(timeout: 5)) == SIGKILL)
+        #expect(rig.enforcer.terminating[app] == nil)
+        try waitUntil("only the stranger left") { try cgroup.processes() == [stranger.pid] }
+        #expect(processState(stranger.pid) != "T")
+    }
+
+    /// With a catchable signal, a process app in a cgroup of its own is remembered with that
+    /// cgroup: the grace's `kill` ends with all of it, a process the app forked after the
+    /// signal and re-parented out of its tree included.
+    @Test(.enabled(if: Capabilities.cgroupsWritable, "needs a writable cgroup v2 hierarchy (root)"))
+    func aCatchableTerminationEndsWithTheAppsOwnCgroup() throws {
+        let rig = try Rig()
+        let cgroup = Cgroup(directory: Cgroup.mountPoint! + "/bgtaskd-test-\(getpid())-own")
+        try systemCall("mkdir") { mkdir(cgroup.directory, 0o755) }
+        defer {
+            try? cgroup.kill()
+            try? waitUntil("the cgroup empty") { try cgroup.processes().isEmpty }
+            rmdir(cgroup.directory)
+        }
+        // On SIGTERM the shell starts a sleep whose parent exits at once: out of its tree.
+        let shell = try Spawned("/bin/sh", ["-c", "echo $$ > \(cgroup.directory)/cgroup.procs; "
+            + "trap '(sleep 1000 & echo escaped $!)' TERM; sleep 1000 & echo ready; while :; do wait; done"])
+        try shell.expectLine("ready")
+        try waitUntil("its child") { processTree(of: shell.pidfd).count == 2 }
+        let app = try rig.app(shell)
+        rig.enforcer.terminate(app, uid: 0, command: "sh", signal: SIGTERM, at: 0)
+        #expect(rig.enforcer.terminating[app]?.cgroup == cgroup)
+        let line = try #require(try shell.readLine(timeout: 5))
+        let escaped = try Pidfd.open(pid: try #require(Int32(line.dropFirst("escaped ".count))))
+        try waitUntil("out of the tree") { !processTree(of: shell.pidfd).contains { $0.pid == escaped.pid } }
+        #expect(!escaped.hasExited)
+        rig.enforcer.kill(app, uid: 0)
+        #expect(Spawned.terminatingSignal(try shell.wait(timeout: 5)) == SIGKILL)
+        try waitUntil("the escaped sleep killed") { escaped.hasExited }
+        try waitUntil("the cgroup empty") { try cgroup.processes().isEmpty }
+    }
+
     /// A freeze the kernel completes inside the write (every process below is frozen already)
     /// is confirmed by cgroup.events' report, though nothing is read at the freeze. (kernfs
     /// reports changes after the file's open; the daemon opens it before the write.)
