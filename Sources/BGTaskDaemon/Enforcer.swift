@@ -59,6 +59,9 @@ final class Enforcer {
     /// calls). Only the failure is remembered: signals are always safe, freezing a cgroup
     /// that has become shared is not.
     static let sharedCgroupRecheck: Int64 = 60_000_000_000
+    /// The most cgroups a look for a process app's own cgroup goes into, its own first
+    /// (`ownCgroup`): an app with more below it is not frozen whole, but with signals.
+    static let cgroupsPerLook = 64
 
     /// Where frozen apps' `cgroup.events` are watched: the daemon's group, handled a batch
     /// per pass. Each its own sd-event source, 2,000 apps freezing at once were 2,000 loop

@@ -127,27 +127,43 @@ public struct Cgroup: Equatable, Sendable {
     /// The pids in this cgroup and every cgroup below it.
     public func processes() throws(Errno) -> [Int32] {
         var pids: [Int32] = []
-        _ = try visitProcesses(readingBy: 4096) { pids.append($0); return false }
+        var cgroups = Int.max
+        _ = try visitProcesses(readingBy: 4096, cgroups: &cgroups) { pids.append($0); return false }
         return pids
     }
 
-    /// The first pid in this cgroup or below it for which `matches` holds; `nil` if none.
-    /// `cgroup.procs` is read a few lines at a time, and no further than that pid: the kernel
-    /// lists a cgroup's processes as they are read (the whole list of a cgroup of 10,000
-    /// took 4.3–7.5 ms here, its first 64 bytes 30–45 µs; of 300, 86 µs and 11 µs), and
-    /// one process that is not an app's is all a look at a shared cgroup needs.
-    public func firstProcess(where matches: (Int32) -> Bool) throws(Errno) -> Int32? {
+    /// What `firstProcess` found.
+    public enum Search: Equatable, Sendable {
+        case found(Int32)
+        /// Every process looked at, none matching.
+        case none
+        /// More cgroups than the look was allowed: it stopped there.
+        case tooManyCgroups
+    }
+
+    /// The first pid in this cgroup or below it for which `matches` holds, looking into at
+    /// most `limit` cgroups (this one first). `cgroup.procs` is read a few lines at a time,
+    /// and no further than that pid: the kernel lists a cgroup's processes as they are read
+    /// (the whole list of a cgroup of 10,000 took 4.3–7.5 ms here, its first 64 bytes
+    /// 30–45 µs; of 300, 86 µs and 11 µs), and one process that is not an app's is all a look
+    /// at a shared cgroup needs. `matches` is called with every pid looked at, in order.
+    public func firstProcess(where matches: (Int32) -> Bool, cgroupsAtMost limit: Int = .max) throws(Errno) -> Search {
         var found: Int32?
-        _ = try visitProcesses(readingBy: 128) { pid in
+        var cgroups = limit
+        let stopped = try visitProcesses(readingBy: 128, cgroups: &cgroups) { pid in
             if matches(pid) { found = pid }
             return found != nil
         }
-        return found
+        if let found { return .found(found) }
+        return stopped ? .tooManyCgroups : .none
     }
 
     /// Calls `visit` with each pid of this cgroup, then of the cgroups below it, until it
-    /// returns true; returns whether it did.
-    private func visitProcesses(readingBy size: Int, _ visit: (Int32) -> Bool) throws(Errno) -> Bool {
+    /// returns true or `cgroups` (counted down, one a cgroup) runs out; returns whether it
+    /// stopped early.
+    private func visitProcesses(readingBy size: Int, cgroups: inout Int, _ visit: (Int32) -> Bool) throws(Errno) -> Bool {
+        guard cgroups > 0 else { return true }
+        cgroups -= 1
         let path = directory + "/cgroup.procs"
         let file = FileDescriptor(try systemCall("open(\(path))") { Glibc.open(path, O_RDONLY | O_CLOEXEC) })
         var pid: Int32 = 0, digits = false
@@ -163,7 +179,9 @@ public struct Cgroup: Equatable, Sendable {
         }
         if digits, visit(pid) { return true }
         file.close()  // before the cgroups below: one descriptor at a time, however deep
-        for child in subdirectories() where try Cgroup(directory: child).visitProcesses(readingBy: size, visit) { return true }
+        for child in subdirectories() where try Cgroup(directory: child).visitProcesses(readingBy: size, cgroups: &cgroups, visit) {
+            return true
+        }
         return false
     }
 

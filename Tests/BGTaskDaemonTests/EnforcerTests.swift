@@ -156,6 +156,42 @@ import TestSupport
         #expect(processState(stranger.pid) != "T")
     }
 
+    /// The cgroups below a process app's own are its owner's to make: a look goes into at most
+    /// `cgroupsPerLook` of them (its own among them), and an app with more is suspended with
+    /// signals (remembered for `sharedCgroupRecheck`); with one fewer, it is frozen whole.
+    @Test(.enabled(if: Capabilities.cgroupsWritable, "needs a writable cgroup v2 hierarchy (root)"))
+    func aLookForAnAppsOwnCgroupGoesIntoSoManyCgroupsBelowIt() throws {
+        let rig = try Rig()
+        let cgroup = Cgroup(directory: Cgroup.mountPoint! + "/bgtaskd-test-\(getpid())-below")
+        try systemCall("mkdir") { mkdir(cgroup.directory, 0o755) }
+        let below = (0..<Enforcer.cgroupsPerLook).map { cgroup.directory + "/c\($0).slice" }
+        for directory in below { try systemCall("mkdir") { mkdir(directory, 0o755) } }
+        defer {
+            try? cgroup.kill()
+            try? waitUntil("the cgroup empty") { try cgroup.processes().isEmpty }
+            for directory in below { rmdir(directory) }
+            rmdir(cgroup.directory)
+        }
+        let shell = try Spawned("/bin/sh", ["-c", "echo $$ > \(cgroup.directory)/cgroup.procs; sleep 1000 & echo ready; wait"])
+        try shell.expectLine("ready")
+        try waitUntil("its child") { processTree(of: shell.pidfd).count == 2 }
+        let app = try rig.app(shell)
+        rig.enforcer.suspend(app, uid: 0, command: "sh", mode: .auto, at: 0)
+        #expect(rig.enforcer.suspended[app]?.method == .signals)
+        try waitUntil("both stopped") { processTree(of: shell.pidfd).allSatisfy { $0.state == "T" } }
+        #expect(try !cgroup.isFrozen())
+        rig.enforcer.resume(app, uid: 0, at: 1_000)
+        try waitUntil("both running") { processTree(of: shell.pidfd).allSatisfy { $0.state != "T" } }
+
+        rmdir(below.last!)
+        let later = 1_000 + Enforcer.sharedCgroupRecheck
+        rig.enforcer.suspend(app, uid: 0, command: "sh", mode: .auto, at: later)
+        #expect(rig.enforcer.suspended[app]?.method == .freezer(cgroup))
+        try waitUntil("frozen 1") { try cgroup.isFrozen() }
+        rig.enforcer.resume(app, uid: 0, at: later + 1_000)
+        try waitUntil("frozen 0") { try !cgroup.isFrozen() }
+    }
+
     /// With a catchable signal, a process app in a cgroup of its own is remembered with that
     /// cgroup: the grace's `kill` ends with all of it, a process the app forked after the
     /// signal and re-parented out of its tree included.

@@ -204,7 +204,8 @@ import TestSupport
     }
 
     /// A cgroup's processes and those of the cgroups below it, read whole or up to the first
-    /// that matches, a few lines at a time (pids cut between two reads are read whole).
+    /// that matches, a few lines at a time (pids cut between two reads are read whole), in at
+    /// most so many cgroups.
     @Test(.enabled(if: Capabilities.cgroupsWritable, "needs a writable cgroup v2 hierarchy (root)"))
     func aCgroupsProcessesAreReadUpToTheFirstThatMatches() throws {
         let cgroup = Cgroup(directory: Cgroup.mountPoint! + "/bgtaskd-test-\(getpid())-procs")
@@ -226,9 +227,16 @@ import TestSupport
         #expect(all.last == lowest)
         #expect(try below.processes() == [lowest])
         #expect(all.map(String.init).joined(separator: "\n").utf8.count > 128)
-        for pid in all { #expect(try cgroup.firstProcess(where: { $0 == pid }) == pid) }
-        #expect(try cgroup.firstProcess(where: { _ in true }) == all.first)
-        #expect(try cgroup.firstProcess(where: { _ in false }) == nil)
+        for pid in all { #expect(try cgroup.firstProcess(where: { $0 == pid }) == .found(pid)) }
+        #expect(try cgroup.firstProcess(where: { _ in true }) == .found(all[0]))
+        var seen: [Int32] = []
+        #expect(try cgroup.firstProcess(where: { seen.append($0); return false }) == .none)
+        #expect(seen == all)
+        // Bounded: the cgroup itself counts as one.
+        #expect(try cgroup.firstProcess(where: { $0 == lowest }, cgroupsAtMost: 2) == .found(lowest))
+        #expect(try cgroup.firstProcess(where: { $0 == lowest }, cgroupsAtMost: 1) == .tooManyCgroups)
+        #expect(try cgroup.firstProcess(where: { _ in false }, cgroupsAtMost: 1) == .tooManyCgroups)
+        #expect(try below.firstProcess(where: { _ in false }, cgroupsAtMost: 1) == .none)
         #expect(throws: Errno.self) { try Cgroup(directory: cgroup.directory + "/none").firstProcess(where: { _ in true }) }
     }
 

@@ -153,4 +153,76 @@ struct UnprivilegedFloodTests {
         #expect(latency.p99 < floodLatencyBound && latency.max < 5 * floodLatencyBound, "root's GetStatus p99 \(latency.p99) ms, slowest \(latency.max) ms")
         #expect(floods.allSatisfy { !$0.hasExited }, "the floods went on throughout")
     }
+    /// 4: uid 65534's app in a cgroup of its own, with 5,000 empty cgroups below it that the
+    /// user made: each suspension looked into every one of them for a process not the app's
+    /// (`SuspendMode=auto`'s look for a cgroup to freeze whole), ~150 ms of the loop; 20 flips
+    /// to the background and back held it 3.3 s (measured by hand with the release daemon).
+    /// Now a look goes into at most `Enforcer.cgroupsPerLook` cgroups, and such an app is
+    /// suspended with signals, as an app in a shared cgroup is.
+    static let app = #"""
+    import json, socket, sys, time
+    s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
+    def call(method, params):
+        s.sendall(json.dumps({"method": method, "parameters": params}).encode() + b"\0")
+        buf = b""
+        while not buf.endswith(b"\0"): buf += s.recv(65536)
+        return json.loads(buf[:-1])
+    task = call("io.bgtaskd.App.BeginTask", {"name": "registers"})["parameters"]["taskId"]
+    call("io.bgtaskd.App.EndTask", {"taskId": task})
+    print("ready", flush=True)
+    time.sleep(1000)
+    """#
+
+    /// As uid 65534: `flips` times the app at pid to the background and back, pipelined.
+    static let flips = #"""
+    import json, select, socket, sys
+    path, pid, flips = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    s = socket.socket(socket.AF_UNIX); s.connect(path)
+    def msg(state):
+        return json.dumps({"method": "io.bgtaskd.Manager.SetAppState", "parameters": {"pid": pid, "state": state}}).encode() + b"\0"
+    data, replies, errors, buf = (msg("background") + msg("foreground")) * flips, 0, 0, b""
+    while replies < 2 * flips:
+        r, w, _ = select.select([s], [s] if data else [], [], 60.0)
+        if not r and not w: break
+        if w: data = data[s.send(data[:65536]):]
+        if r:
+            chunk = s.recv(65536)
+            if not chunk: break
+            buf += chunk
+            while b"\0" in buf:
+                m, buf = buf.split(b"\0", 1); replies += 1
+                if "error" in json.loads(m): errors += 1
+    print(json.dumps({"replies": replies, "errors": errors}), flush=True)
+    """#
+
+    @Test func flipsOfAnAppAboveThousandsOfCgroupsCannotHoldTheLoop() throws {
+        let subtree = try DelegatedSubtree(uid: Intruder.uid, cgroups: 0)
+        let own = subtree.root.directory + "/flips.slice"
+        let make = "import os, sys\nfor i in range(5000): os.makedirs(sys.argv[1] + '/c%d.slice' % i)\n"
+        let maker = try Spawned("/usr/bin/setpriv", ["--reuid=\(Intruder.uid)", "--regid=\(Intruder.uid)", "--clear-groups",
+                                                    "/usr/bin/python3", "-c", make, own])
+        #expect(try maker.wait(timeout: 120) == 0)
+        let daemon = try TestDaemon()
+        // Moved into its cgroup as root (the user could not move it from the test's), then
+        // uid 65534's for good.
+        let app = try Spawned("/bin/sh", ["-c", "echo $$ > \(own)/cgroup.procs; exec /usr/bin/setpriv --reuid=\(Intruder.uid) "
+            + "--regid=\(Intruder.uid) --clear-groups /usr/bin/python3 -c '\(Self.app)' \(daemon.socketPath)"])
+        try app.expectLine("ready", timeout: 30)
+        let flood = try Spawned("/usr/bin/setpriv", ["--reuid=\(Intruder.uid)", "--regid=\(Intruder.uid)", "--clear-groups",
+                                                    "/usr/bin/python3", "-c", Self.flips, daemon.socketPath, String(app.pid), "200"])
+        defer { flood.killTree() }
+        var doneLine: String?
+        let latency = try rootStatusLatencies(daemon) {
+            doneLine = doneLine ?? (try? flood.readLine(timeout: 0.001))
+            return doneLine != nil
+        }
+        let done = try JSON.parse(try #require(doneLine))
+        #expect(done["replies"] == 400 && done["errors"] == 0, "\(done.serialized)")
+        print("cgroup flips flood: GetStatus p99 \(latency.p99) ms (slowest \(latency.max) ms)")
+        #expect(latency.p99 < floodLatencyBound && latency.max < 5 * floodLatencyBound, "root's GetStatus p99 \(latency.p99) ms, slowest \(latency.max) ms")
+        #expect(daemon.logged { $0.contains("App pid \(app.pid)") && $0.contains("suspended") })
+        app.killTree()
+        _ = try app.wait(timeout: 5)
+        withExtendedLifetime(subtree) {}
+    }
 }
