@@ -165,7 +165,7 @@ public struct Cgroup: Equatable, Sendable {
         guard cgroups > 0 else { return true }
         cgroups -= 1
         let path = directory + "/cgroup.procs"
-        let file = FileDescriptor(try systemCall("open(\(path))") { Glibc.open(path, O_RDONLY | O_CLOEXEC) })
+        let file = FileDescriptor(try systemCall("open(\(path))") { Glibc.open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW) })
         var pid: Int32 = 0, digits = false
         while case let chunk = try file.read(upTo: size), !chunk.isEmpty {
             for byte in chunk {

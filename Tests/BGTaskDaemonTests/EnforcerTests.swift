@@ -42,6 +42,13 @@ import TestSupport
         }
     }
 
+    /// A cgroup of the test's own, made now, named for what it is for (removed by the test).
+    func makeCgroup(_ name: String) throws -> Cgroup {
+        let cgroup = Cgroup(directory: Cgroup.mountPoint! + "/bgtaskd-test-\(getpid())-\(name)")
+        try systemCall("mkdir") { mkdir(cgroup.directory, 0o755) }
+        return cgroup
+    }
+
     /// A shell with two children, all of which the test started.
     func tree() throws -> Spawned {
         let shell = try Spawned("/bin/sh", ["-c", "sleep 1000 & sleep 1000 & echo ready; wait"])
@@ -96,8 +103,7 @@ import TestSupport
     @Test(.enabled(if: Capabilities.cgroupsWritable, "needs a writable cgroup v2 hierarchy (root)"))
     func aUnitAppIsFrozenWholeAndItsWaitDisarmedOnceConfirmed() throws {
         let rig = try Rig()
-        let cgroup = Cgroup(directory: Cgroup.mountPoint! + "/bgtaskd-test-\(getpid())-enforcer")
-        try systemCall("mkdir") { mkdir(cgroup.directory, 0o755) }
+        let cgroup = try makeCgroup("enforcer")
         defer { rmdir(cgroup.directory) }
         let shell = try Spawned("/bin/sh", ["-c", "echo $$ > \(cgroup.directory)/cgroup.procs; sleep 1000 & echo ready; wait"])
         try shell.expectLine("ready")
@@ -130,8 +136,7 @@ import TestSupport
     @Test(.enabled(if: Capabilities.cgroupsWritable, "needs a writable cgroup v2 hierarchy (root)"))
     func aProcessAppSharingItsCgroupIsActedOnThroughItsTree() throws {
         let rig = try Rig()
-        let cgroup = Cgroup(directory: Cgroup.mountPoint! + "/bgtaskd-test-\(getpid())-shared")
-        try systemCall("mkdir") { mkdir(cgroup.directory, 0o755) }
+        let cgroup = try makeCgroup("shared")
         defer { rmdir(cgroup.directory) }
         let stranger = try Spawned("/bin/sh", ["-c", "echo $$ > \(cgroup.directory)/cgroup.procs; echo ready; exec sleep 1000"])
         try stranger.expectLine("ready")
@@ -162,8 +167,7 @@ import TestSupport
     @Test(.enabled(if: Capabilities.cgroupsWritable, "needs a writable cgroup v2 hierarchy (root)"))
     func aLookForAnAppsOwnCgroupGoesIntoSoManyCgroupsBelowIt() throws {
         let rig = try Rig()
-        let cgroup = Cgroup(directory: Cgroup.mountPoint! + "/bgtaskd-test-\(getpid())-below")
-        try systemCall("mkdir") { mkdir(cgroup.directory, 0o755) }
+        let cgroup = try makeCgroup("below")
         let below = (0..<Enforcer.cgroupsPerLook).map { cgroup.directory + "/c\($0).slice" }
         for directory in below { try systemCall("mkdir") { mkdir(directory, 0o755) } }
         defer {
@@ -198,8 +202,7 @@ import TestSupport
     @Test(.enabled(if: Capabilities.cgroupsWritable, "needs a writable cgroup v2 hierarchy (root)"))
     func aCatchableTerminationEndsWithTheAppsOwnCgroup() throws {
         let rig = try Rig()
-        let cgroup = Cgroup(directory: Cgroup.mountPoint! + "/bgtaskd-test-\(getpid())-own")
-        try systemCall("mkdir") { mkdir(cgroup.directory, 0o755) }
+        let cgroup = try makeCgroup("own")
         defer {
             try? cgroup.kill()
             try? waitUntil("the cgroup empty") { try cgroup.processes().isEmpty }
@@ -229,9 +232,8 @@ import TestSupport
     @Test(.enabled(if: Capabilities.cgroupsWritable, "needs a writable cgroup v2 hierarchy (root)"))
     func aFreezeCompletedBeforeTheWatchIsStillReported() throws {
         let rig = try Rig()
-        let cgroup = Cgroup(directory: Cgroup.mountPoint! + "/bgtaskd-test-\(getpid())-frozen-below")
+        let cgroup = try makeCgroup("frozen-below")
         let below = Cgroup(directory: cgroup.directory + "/below")
-        try systemCall("mkdir") { mkdir(cgroup.directory, 0o755) }
         defer { rmdir(cgroup.directory) }
         try systemCall("mkdir") { mkdir(below.directory, 0o755) }
         defer { rmdir(below.directory) }

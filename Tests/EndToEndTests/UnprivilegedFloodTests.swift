@@ -45,6 +45,25 @@ struct UnprivilegedFloodTests {
     }
 
 
+    /// Python: sends `data` (`count` calls) on `s` while reading their replies, as a
+    /// pipelining client must; returns how many replies came and how many were errors.
+    static let pipelined = #"""
+    def pipelined(s, data, count, timeout):
+        replies, errors, buf = 0, 0, b""
+        while replies < count:
+            r, w, _ = select.select([s], [s] if data else [], [], timeout)
+            if not r and not w: break
+            if w: data = data[s.send(data[:65536]):]
+            if r:
+                chunk = s.recv(65536)
+                if not chunk: break
+                buf += chunk
+                while b"\0" in buf:
+                    m, buf = buf.split(b"\0", 1); replies += 1
+                    if "error" in json.loads(m): errors += 1
+        return replies, errors
+    """#
+
     /// 2: one `Wake` payload was copied to every subscriber, so 250
 /// unread subscriptions of a user's own app grew the daemon from 12.7 MiB to 1,983 MiB in
 /// 7.6 s. Now an app has at most 8 subscriptions, an event's bytes are encoded once and
@@ -53,6 +72,7 @@ struct UnprivilegedFloodTests {
     /// the background, then pipeline `wakes` wakes of it with a 4 KiB payload.
     static let script = #"""
     import json, os, select, socket, sys
+    \#(pipelined)
     path, subscriptions, wakes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     def connect():
         s = socket.socket(socket.AF_UNIX); s.connect(path); return s
@@ -79,18 +99,7 @@ struct UnprivilegedFloodTests {
     print(json.dumps({"subscribed": len(streams), "refused": refused}), flush=True)
     wake = json.dumps({"method": "io.bgtaskd.Manager.Wake", "parameters": {
         "pid": os.getpid(), "reason": "flood", "payload": {"x": "a" * 4000}}}).encode() + b"\0"
-    data, replies, errors, buf = wake * wakes, 0, 0, b""
-    while replies < wakes:
-        r, w, _ = select.select([control], [control] if data else [], [], 30.0)
-        if not r and not w: break
-        if w: data = data[control.send(data[:65536]):]
-        if r:
-            chunk = control.recv(65536)
-            if not chunk: break
-            buf += chunk
-            while b"\0" in buf:
-                m, buf = buf.split(b"\0", 1); replies += 1
-                if "error" in json.loads(m): errors += 1
+    replies, errors = pipelined(control, wake * wakes, wakes, 30.0)
     print(json.dumps({"wakes": replies, "errors": errors}), flush=True)
     sys.stdin.readline()
     """#
@@ -160,7 +169,7 @@ struct UnprivilegedFloodTests {
     /// Now a look goes into at most `Enforcer.cgroupsPerLook` cgroups, and such an app is
     /// suspended with signals, as an app in a shared cgroup is.
     static let app = #"""
-    import json, socket, sys, time
+    import json, socket, sys
     s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
     def call(method, params):
         s.sendall(json.dumps({"method": method, "parameters": params}).encode() + b"\0")
@@ -170,28 +179,18 @@ struct UnprivilegedFloodTests {
     task = call("io.bgtaskd.App.BeginTask", {"name": "registers"})["parameters"]["taskId"]
     call("io.bgtaskd.App.EndTask", {"taskId": task})
     print("ready", flush=True)
-    time.sleep(1000)
+    sys.stdin.read()  # until the test lets it go
     """#
 
     /// As uid 65534: `flips` times the app at pid to the background and back, pipelined.
     static let flips = #"""
     import json, select, socket, sys
+    \#(pipelined)
     path, pid, flips = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     s = socket.socket(socket.AF_UNIX); s.connect(path)
     def msg(state):
         return json.dumps({"method": "io.bgtaskd.Manager.SetAppState", "parameters": {"pid": pid, "state": state}}).encode() + b"\0"
-    data, replies, errors, buf = (msg("background") + msg("foreground")) * flips, 0, 0, b""
-    while replies < 2 * flips:
-        r, w, _ = select.select([s], [s] if data else [], [], 60.0)
-        if not r and not w: break
-        if w: data = data[s.send(data[:65536]):]
-        if r:
-            chunk = s.recv(65536)
-            if not chunk: break
-            buf += chunk
-            while b"\0" in buf:
-                m, buf = buf.split(b"\0", 1); replies += 1
-                if "error" in json.loads(m): errors += 1
+    replies, errors = pipelined(s, (msg("background") + msg("foreground")) * flips, 2 * flips, 60.0)
     print(json.dumps({"replies": replies, "errors": errors}), flush=True)
     """#
 
