@@ -121,6 +121,7 @@ extension Agent {
                     forget(.pid(pid))
                 }
                 processes[pid] = (pidfd, source)
+                log(7, "following pid \(pid)'s windows")
                 return true
             } catch {
                 why = "\(error)"

@@ -54,10 +54,13 @@ prepare_session_container() {
     echo "bgsession:!:19000:0:99999:7:::" >> "$work/etc/shadow"
 }
 
+# The host's fontconfig (its configuration and its cache) comes along, as on a desktop: without
+# them fontconfig falls back to no configuration and foot reads every font file each start.
 boot_session_container() {
-    local machine=$1
+    local machine=$1 fonts=()
     shift
-    boot_container "$machine" --bind-ro="$work/dest/opt/bgtaskd:/opt/bgtaskd" --bind-ro="$work/run:/opt/run" \
+    for dir in /etc/fonts /var/cache/fontconfig; do [ -d $dir ] && fonts+=(--bind-ro=$dir); done
+    boot_container "$machine" --bind-ro="$work/dest/opt/bgtaskd:/opt/bgtaskd" --bind-ro="$work/run:/opt/run" "${fonts[@]}" \
         --bind-ro=/etc/pam.d --bind-ro=/etc/security --bind-ro=/etc/login.defs \
         --bind-ro="$work/etc/passwd:/etc/passwd" --bind-ro="$work/etc/group:/etc/group" --bind-ro="$work/etc/shadow:/etc/shadow" "$@"
 }

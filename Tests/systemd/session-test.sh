@@ -22,7 +22,7 @@ echo "output HEADLESS-1 resolution 1280x720" > "$XDG_RUNTIME_DIR/sway.conf"
 sway -c "$XDG_RUNTIME_DIR/sway.conf" > "$XDG_RUNTIME_DIR/sway.log" 2>&1 &
 for i in $(seq 100); do ls "$XDG_RUNTIME_DIR"/sway-ipc.* >/dev/null 2>&1 && break; sleep 0.1; done
 export SWAYSOCK=$(ls "$XDG_RUNTIME_DIR"/sway-ipc.* | head -1)
-swaymsg exec "foot sleep 1000" > /dev/null
+swaymsg exec "foot sleep 1000" > "$XDG_RUNTIME_DIR/swaymsg.log" 2>&1
 echo "$XDG_SESSION_ID" > "$XDG_RUNTIME_DIR/session-id"
 exec /opt/bgtaskd/bin/bgtask-session --socket /run/bgtaskd/io.bgtaskd --set BackgroundDelaySec=0 2> "$XDG_RUNTIME_DIR/agent.log"
 USER
@@ -34,14 +34,33 @@ ok() { echo "ok \$1" >> "\$out"; }
 fail() { echo "fail \$1: \$2" >> "\$out"; }
 within() { local n=\$1; shift; for _ in \$(seq "\$n"); do "\$@" >/dev/null 2>&1 && return 0; sleep 0.1; done; "\$@"; }
 run=/run/user/$uid
+collect() {
+    cp \$run/agent.log /out/agent.log 2>/dev/null
+    cp \$run/sway.log /out/sway.log 2>/dev/null
+    journalctl -u bgtaskd --no-pager > /out/journal 2>&1
+    systemctl stop bgsession-desktop
+    echo done >> "\$out.done"
+}
 systemctl start dbus.service systemd-logind.service
 systemd-run -q -p PAMName=login -p User=bgsession --unit=bgsession-desktop /opt/run/user.sh
 tree() { setpriv --reuid=$uid --regid=$uid --clear-groups env SWAYSOCK=\$(ls \$run/sway-ipc.* | head -1) swaymsg -r -t get_tree; }
-if within 150 sh -c "ls \$run/sway-ipc.* && [ -s \$run/session-id ] && grep -q 'following logind session' \$run/agent.log" \
-   && foot=\$(tree | grep -o '"pid": [0-9]*' | head -1 | grep -o '[0-9]*') && [ -n "\$foot" ]; then
-    ok session-started
+footpid() { tree 2>/dev/null | grep -o '"pid": [0-9]*' | head -1 | grep -o '[0-9]*'; }
+# Each step waits for what the next one needs, with its own deadline: the agent connected to
+# sway and logind, foot's window in sway's tree, then the agent following foot's process (its
+# debug line), so the lock below finds foot on the screen, as a person's lock would.
+if ! within 150 sh -c "ls \$run/sway-ipc.* && [ -s \$run/session-id ] && grep -q 'following logind session' \$run/agent.log"; then
+    fail session-started "agent not following sway and logind: \$(loginctl list-sessions --no-legend | tr '\n' ' ') \$(tail -3 \$run/agent.log 2>&1 | tr '\n' ' ')"
+elif ! within 300 footpid; then
+    fail session-started "no foot window in sway's tree: swaymsg \$(tr '\n' ' ' < \$run/swaymsg.log 2>&1); sway.log \$(tail -5 \$run/sway.log 2>&1 | tr '\n' ' ')"
 else
-    fail session-started "\$(loginctl list-sessions --no-legend | tr '\n' ' ') \$(tail -3 \$run/agent.log 2>&1 | tr '\n' ' ')"
+    foot=\$(footpid)
+    if within 100 grep -q "following pid \$foot's windows" \$run/agent.log; then ok session-started; else
+        fail session-started "the agent did not follow foot \$foot: \$(tail -3 \$run/agent.log | tr '\n' ' ')"; fi
+fi
+if [ -z "\$foot" ]; then
+    fail rest "not run: no foot window to lock away"
+    collect
+    exit 0
 fi
 session=\$(cat \$run/session-id 2>/dev/null)
 path=/org/freedesktop/login1/session/_3\$(echo "\$session" | cut -c1)\$(echo "\$session" | cut -c2-)
@@ -60,10 +79,7 @@ setpriv --reuid=$uid --regid=$uid --clear-groups busctl call org.freedesktop.log
 within 50 sh -c "[ \"\\\$(sed -n 's/^State:\t\(.\).*/\1/p' /proc/\$foot/status)\" = T ]"
 pkill -TERM -u $uid -x bgtask-session
 if within 30 sh -c "[ \"\\\$(sed -n 's/^State:\t\(.\).*/\1/p' /proc/\$foot/status)\" != T ]"; then ok stopped-agent-resumes; else fail stopped-agent-resumes "state \$(state)"; fi
-cp \$run/agent.log /out/agent.log 2>/dev/null
-journalctl -u bgtaskd --no-pager > /out/journal 2>&1
-systemctl stop bgsession-desktop
-echo done >> "\$out.done"
+collect
 CHECKS
 chmod +x "$work/run/user.sh" "$work/run/checks.sh"
 cat > "$units/bgtaskd-session-checks.service" <<'UNIT'
@@ -82,5 +98,6 @@ boot_session_container bgtaskd-session || exit 1
 if grep -q "^fail" "$work/out/results"; then
     echo "--- the agent's log"; sed 's/^/  | /' "$work/out/agent.log" 2>/dev/null
     echo "--- bgtaskd's journal"; tail -20 "$work/out/journal" 2>/dev/null | sed 's/^/  | /'
+    echo "--- sway's log (foot's output included)"; tail -20 "$work/out/sway.log" 2>/dev/null | sed 's/^/  | /'
 fi
 ! grep -q "^fail" "$work/out/results" && [ -s "$work/out/results.done" ]
