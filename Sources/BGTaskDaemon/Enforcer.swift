@@ -59,8 +59,11 @@ final class Enforcer {
     /// calls). Only the failure is remembered: signals are always safe, freezing a cgroup
     /// that has become shared is not.
     static let sharedCgroupRecheck: Int64 = 60_000_000_000
-    /// The most cgroups a look for a process app's own cgroup goes into, its own first
-    /// (`ownCgroup`): an app with more below it is not frozen whole, but with signals.
+    /// The most cgroups a look goes into, the app's own first; the cgroups below are the
+    /// owner's to make, and each costs a read. A look for a process app's own cgroup
+    /// (`ownCgroup`): an app with more below it is not frozen whole, but with signals. A walk
+    /// of a unit app's processes (signals): a unit with more is frozen instead where it can
+    /// be, and otherwise the processes in the others are not reached (logged).
     static let cgroupsPerLook = 64
 
     /// Where frozen apps' `cgroup.events` are watched: the daemon's group, handled a batch
@@ -99,6 +102,9 @@ final class Enforcer {
     /// Members left out of the action in progress because the daemon was out of descriptors
     /// (`Tracker.unopened`; a walk's or a cgroup's `unreached`): tried again at the next action.
     var unreached: Set<Int32> = []
+    /// Whether the action in progress met a unit with more cgroups than a walk goes into
+    /// (`cgroupsPerLook`): the processes in the others were not acted on.
+    var cgroupsUnread = false
     /// Tracked apps suspended whose last read is still to be made (`finishStops`), with the
     /// pids visited.
     private var unreadStops: [ProcessIdentity: Set<Int32>] = [:]
@@ -131,9 +137,15 @@ final class Enforcer {
     func suspend(_ app: ProcessIdentity, uid: UInt32, command: String, mode: SuspendMode, at now: Int64) {
         defer { reportExcluded(app, command: command, action: "suspended") }
         // A unit app that may be frozen is frozen whole: no walk of its processes, however
-        // many (a user's 5,000-process unit cost 1.1 s of loop time per suspension).
-        if mode != .signal, unit(app) != nil, root(app)?.hasExited == false,
-           case let .success(cgroup) = ownCgroup(of: app, uid: uid, tree: [], at: now) {
+        // many (a user's 5,000-process unit cost 1.1 s of loop time per suspension). So is one
+        // set to be stopped with signals whose cgroups are more than a walk goes into (the
+        // kernel's count, one read): a walk of them all cost uid 65534's unit above 5,000
+        // empty cgroups it made ~150 ms per pass, and a bounded one would stop only some.
+        if let unit = unit(app), mode != .signal || ((try? unit.descendantCount()) ?? 0) >= Self.cgroupsPerLook,
+           root(app)?.hasExited == false, case let .success(cgroup) = ownCgroup(of: app, uid: uid, tree: [], at: now) {
+            if mode == .signal {
+                log(.notice, "App \(app) (\(command)) has more than \(Self.cgroupsPerLook - 1) cgroups below \(cgroup.directory); frozen instead of stopped with SIGSTOP")
+            }
             return freeze(app, uid: uid, command: command, cgroup: cgroup, at: now)
         }
         if mode == .freezer || (mode == .auto && (sharedCgroupUntil[app] ?? .min) <= now) {
@@ -198,7 +210,9 @@ final class Enforcer {
         let tree = stopTree(app, uid: uid)
         let cgroup = whole ?? (signal == Signal.kill || tree.isEmpty || (sharedCgroupUntil[app] ?? .min) > now ? nil
             : try? ownCgroup(of: app, uid: uid, tree: tree, at: now).get())
-        let pidfds = tree + (whole.map(pidfds(in:)) ?? [])
+        // A frozen process app's cgroup may hold processes that left its tree (a daemonized
+        // child); a unit's are its walk's already.
+        let pidfds = tree + (whole.flatMap { unit(app) == nil ? others(in: $0, than: tree, uid: uid) : nil } ?? [])
         for pidfd in pidfds {
             if signal != Signal.kill { try? pidfd.send(signal: Signal.continue) }
             try? pidfd.send(signal: signal)
@@ -271,7 +285,10 @@ final class Enforcer {
         }
         let owner = uid == 0 ? nil : uid
         if let unit = unit(app) {
-            return ProcessTree.members(of: unit, owner: owner, excluded: &left, unreached: &unopened).filter { $0.pid != ownPID }
+            var complete = true
+            defer { if !complete { cgroupsUnread = true } }
+            return ProcessTree.members(of: unit, owner: owner, excluded: &left, unreached: &unopened,
+                                       cgroupsAtMost: Self.cgroupsPerLook, complete: &complete).filter { $0.pid != ownPID }
         }
         let own = ownPID
         if let followed = tracked(app, [root.pid], false) {
@@ -374,6 +391,9 @@ final class Enforcer {
 
     /// Logs the processes of the app the action could not reach for want of descriptors.
     func reportUnreached(_ app: ProcessIdentity, command: String, action: String) {
+        if cgroupsUnread {
+            log(.warning, "App \(app) (\(command)): the processes in its cgroups past the first \(Self.cgroupsPerLook) not \(action): bgtaskd reads no more per action (the owner makes them)")
+        }
         guard !unreached.isEmpty else { return }
         log(.warning, "App \(app) (\(command)): \(unreached.count) of its processes not \(action), or not looked into for children: bgtaskd is out of descriptors (one is held per process for the length of an action; raise its LimitNOFILE=); they are tried again at the next action")
     }
@@ -383,6 +403,7 @@ final class Enforcer {
     func forgetLeftOut() {
         excluded = []
         unreached = []
+        cgroupsUnread = false
     }
 
     /// Stops every process of the app; returns the pidfds of the processes stopped. A process
@@ -414,8 +435,18 @@ final class Enforcer {
         for pidfd in members(of: app, uid: uid) { try? pidfd.send(signal: signal) }
     }
 
-    func pidfds(in cgroup: Cgroup) -> [Pidfd] {
-        ((try? cgroup.processes()) ?? []).compactMap { pid in pid == ownPID ? nil : try? Pidfd.open(pid: pid) }
+    /// The processes in `cgroup` (at most `cgroupsPerLook` cgroups of it) not in `tree` and
+    /// not the daemon, that the owner could signal itself.
+    func others(in cgroup: Cgroup, than tree: [Pidfd], uid: UInt32) -> [Pidfd] {
+        var left: [Int32] = [], unopened: [Int32] = [], complete = true
+        defer {
+            excluded.formUnion(left)
+            unreached.formUnion(unopened)
+            if !complete { cgroupsUnread = true }
+        }
+        let known = Set(tree.map(\.pid) + [ownPID])
+        return ProcessTree.members(of: cgroup, owner: uid == 0 ? nil : uid, excluded: &left, unreached: &unopened,
+                                   cgroupsAtMost: Self.cgroupsPerLook, complete: &complete).filter { !known.contains($0.pid) }
     }
 
     /// Notes how `app` is suspended (`nil`: it is not).

@@ -126,10 +126,26 @@ public struct Cgroup: Equatable, Sendable {
 
     /// The pids in this cgroup and every cgroup below it.
     public func processes() throws(Errno) -> [Int32] {
+        try processes(cgroupsAtMost: .max).pids
+    }
+
+    /// The pids in this cgroup and the cgroups below it, looking into at most `limit` cgroups
+    /// (this one first); `complete` is false if there were more.
+    public func processes(cgroupsAtMost limit: Int) throws(Errno) -> (pids: [Int32], complete: Bool) {
         var pids: [Int32] = []
-        var cgroups = Int.max
-        _ = try visitProcesses(readingBy: 4096, cgroups: &cgroups) { pids.append($0); return false }
-        return pids
+        var cgroups = limit
+        let cutShort = try visitProcesses(readingBy: 4096, cgroups: &cgroups) { pids.append($0); return false }
+        return (pids, !cutShort)
+    }
+
+    /// How many live cgroups are below this one (`cgroup.stat`'s `nr_descendants`): the
+    /// kernel's count, one small read, no walk.
+    public func descendantCount() throws(Errno) -> Int {
+        let text = try readFile(directory + "/cgroup.stat")
+        for line in String(decoding: text, as: UTF8.self).split(separator: "\n") where line.hasPrefix("nr_descendants ") {
+            if let count = Int(line.dropFirst("nr_descendants ".count)) { return count }
+        }
+        throw Errno(EINVAL, "cgroup.stat of \(directory) has no nr_descendants")
     }
 
     /// What `firstProcess` found.

@@ -78,10 +78,15 @@ public enum ProcessTree {
     /// Every process in `cgroup` and below it, each held by a pidfd and found in the cgroup
     /// again once held (so a pid recycled meanwhile is not taken for a member); with `owner`,
     /// only those that uid may signal itself, the others listed in `excluded`. Those whose
-    /// pidfd could not be had for want of descriptors are listed in `unreached`.
-    public static func members(of cgroup: Cgroup, owner: UInt32?, excluded: inout [Int32], unreached: inout [Int32]) -> [Pidfd] {
+    /// pidfd could not be had for want of descriptors are listed in `unreached`. At most
+    /// `limit` cgroups are looked into (the owner makes those below a delegated one);
+    /// `complete` is set to false if there were more.
+    public static func members(of cgroup: Cgroup, owner: UInt32?, excluded: inout [Int32], unreached: inout [Int32],
+                               cgroupsAtMost limit: Int, complete: inout Bool) -> [Pidfd] {
         var result: [Pidfd] = []
-        for pid in (try? cgroup.processes()) ?? [] where pid > 1 {
+        let listed = (try? cgroup.processes(cgroupsAtMost: limit)) ?? (pids: [], complete: true)
+        if !listed.complete { complete = false }
+        for pid in listed.pids where pid > 1 {
             let pidfd: Pidfd
             do {
                 pidfd = try Pidfd.open(pid: pid)

@@ -196,6 +196,78 @@ import TestSupport
         try waitUntil("frozen 0") { try !cgroup.isFrozen() }
     }
 
+    /// A unit app set to be stopped with signals (`SuspendMode=signal`) is walked cgroup by
+    /// cgroup, and the cgroups below a delegated unit are its owner's to make: with as many
+    /// below it as a walk reads (`cgroupsPerLook`, the unit included), it is frozen instead,
+    /// found by the kernel's count (`cgroup.stat`), with no walk; with one fewer, stopped.
+    @Test(.enabled(if: Capabilities.cgroupsWritable, "needs a writable cgroup v2 hierarchy (root)"))
+    func aUnitSetToSignalsWithMoreCgroupsThanAWalkReadsIsFrozen() throws {
+        let rig = try Rig()
+        let unit = try makeCgroup("wide.scope")
+        let below = (0..<Enforcer.cgroupsPerLook).map { unit.directory + "/c\($0).scope" }
+        for directory in below.dropLast() { try systemCall("mkdir") { mkdir(directory, 0o755) } }
+        defer {
+            try? unit.kill()
+            try? waitUntil("the unit empty") { try unit.processes().isEmpty }
+            for directory in below { rmdir(directory) }
+            rmdir(unit.directory)
+        }
+        let shell = try Spawned("/bin/sh", ["-c", "echo $$ > \(unit.directory)/cgroup.procs; sleep 1000 & echo ready; wait"])
+        try shell.expectLine("ready")
+        try waitUntil("its child") { processTree(of: shell.pidfd).count == 2 }
+        let app = try rig.app(shell)
+        rig.enforcer.adopt(app, unitPath: unit.path)
+        rig.enforcer.suspend(app, uid: 0, command: "sh", mode: .signal, at: 0)
+        #expect(rig.enforcer.suspended[app]?.method == .signals)
+        try waitUntil("both stopped") { processTree(of: shell.pidfd).allSatisfy { $0.state == "T" } }
+        rig.enforcer.resume(app, uid: 0, at: 1_000)
+        try waitUntil("both running") { processTree(of: shell.pidfd).allSatisfy { $0.state != "T" } }
+
+        try systemCall("mkdir") { mkdir(below.last!, 0o755) }
+        #expect(try unit.descendantCount() == Enforcer.cgroupsPerLook)
+        rig.enforcer.suspend(app, uid: 0, command: "sh", mode: .signal, at: 2_000)
+        #expect(rig.enforcer.suspended[app]?.method == .freezer(unit))
+        try waitUntil("frozen 1") { try unit.isFrozen() }
+        #expect(processTree(of: shell.pidfd).allSatisfy { $0.state != "T" })  // frozen, not stopped
+        #expect(rig.logged.contains { $0.contains("frozen instead of stopped with SIGSTOP") })
+        rig.enforcer.resume(app, uid: 0, at: 3_000)
+        try waitUntil("frozen 0") { try !unit.isFrozen() }
+    }
+
+    /// A walk of a unit app's processes reads at most `cgroupsPerLook` of its cgroups: with a
+    /// process in each of 65, a catchable termination signals all but one (logged), and the
+    /// grace's `kill` ends that one with the rest of the unit (`cgroup.kill`).
+    @Test(.enabled(if: Capabilities.cgroupsWritable, "needs a writable cgroup v2 hierarchy (root)"))
+    func aUnitsWalkReadsSoManyCgroupsAndTheGraceEndsTheRest() throws {
+        let rig = try Rig()
+        let unit = try makeCgroup("deep.scope")
+        let below = (0..<Enforcer.cgroupsPerLook).map { unit.directory + "/c\($0).scope" }
+        for directory in below { try systemCall("mkdir") { mkdir(directory, 0o755) } }
+        defer {
+            try? unit.kill()
+            try? waitUntil("the unit empty") { try unit.processes().isEmpty }
+            for directory in below { rmdir(directory) }
+            rmdir(unit.directory)
+        }
+        // The shell in the unit, a sleep in each cgroup below it.
+        let script = below.map { "sh -c 'echo $$ > \($0)/cgroup.procs; exec sleep 1000' & " }.joined()
+        let shell = try Spawned("/bin/sh", ["-c", "echo $$ > \(unit.directory)/cgroup.procs; \(script)echo ready; wait"])
+        try shell.expectLine("ready")
+        try waitUntil("a sleep in each cgroup") {
+            try below.allSatisfy { try Cgroup(directory: $0).processes().count == 1 }
+                && processTree(of: shell.pidfd).allSatisfy { $0.command == "sh" ? $0.pid == shell.pid : $0.command == "sleep" }
+        }
+        let app = try rig.app(shell)
+        rig.enforcer.adopt(app, unitPath: unit.path)
+        rig.enforcer.terminate(app, uid: 0, command: "sh", signal: SIGTERM, at: 0)
+        #expect(rig.enforcer.terminating[app]?.cgroup == unit)
+        #expect(Spawned.terminatingSignal(try shell.wait(timeout: 5)) == SIGTERM)
+        try waitUntil("all but one sleep ended") { try unit.processes().count == 1 }
+        #expect(rig.logged.contains { $0.contains("cgroups past the first \(Enforcer.cgroupsPerLook) not terminated") })
+        rig.enforcer.kill(app, uid: 0)
+        try waitUntil("the unit empty") { try unit.processes().isEmpty }
+    }
+
     /// With a catchable signal, a process app in a cgroup of its own is remembered with that
     /// cgroup: the grace's `kill` ends with all of it, a process the app forked after the
     /// signal and re-parented out of its tree included.

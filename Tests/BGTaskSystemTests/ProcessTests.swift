@@ -238,6 +238,12 @@ import TestSupport
         #expect(try cgroup.firstProcess(where: { _ in false }, cgroupsAtMost: 1) == .tooManyCgroups)
         #expect(try below.firstProcess(where: { _ in false }, cgroupsAtMost: 1) == .none)
         #expect(throws: Errno.self) { try Cgroup(directory: cgroup.directory + "/none").firstProcess(where: { _ in true }) }
+        // A whole list, bounded the same way; the kernel counts the cgroups below.
+        let one = try cgroup.processes(cgroupsAtMost: 1), two = try cgroup.processes(cgroupsAtMost: 2)
+        #expect(one.pids == Array(all.dropLast()) && !one.complete)
+        #expect(two.pids == all && two.complete)
+        #expect(try cgroup.descendantCount() == 1)
+        #expect(try below.descendantCount() == 0)
     }
 
     @Test(.enabled(if: Capabilities.cgroupsWritable, "needs a writable cgroup v2 hierarchy (root)"))
