@@ -128,9 +128,13 @@ final class Connection {
         return true
     }
 
+    /// Its calls used up their turn: the rest wait for the next (`Daemon.turnLength`), and
+    /// nothing more is read meanwhile.
+    var awaitsTurn = false
+
     /// Whether the connection takes another call now.
     var wantsInput: Bool {
-        !isClosed && stream == nil && listing == nil && pendingOutputBytes < Self.outputLowWater
+        !isClosed && !awaitsTurn && stream == nil && listing == nil && pendingOutputBytes < Self.outputLowWater
     }
 
     /// Queues a reply; the daemon writes it at the end of the pass, after the state file

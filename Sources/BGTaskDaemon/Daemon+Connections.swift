@@ -140,7 +140,7 @@ extension Daemon {
         listenerSource.setIOEvents(IOEvents.readable)
     }
 
-    func handleIO(_ connection: Connection, events: UInt32) {
+    func handleIO(_ connection: Connection, events: UInt32, wholly: Bool = false) {
         touch(connection)
         if events & IOEvents.priority != 0 {
             // An out-of-band byte waits in the socket (`MSG_OOB`): peeks pass over it and
@@ -165,19 +165,24 @@ extension Daemon {
             } catch {
                 return close(connection)
             }
-        } else if events & gone != 0 {
+        } else if events & gone != 0, !connection.awaitsTurn {
             // Not reading (a stream, a listing, unread replies), and the peer is gone.
             return close(connection)
-        } else if events & IOEvents.readable != 0 {
+        } else if events & (IOEvents.readable | gone) != 0 {
+            // Looked for again when it takes calls (a hang-up after calls awaiting their turn
+            // included: they are answered first).
             connection.inputMayWait = true
         }
-        processInput(connection)
+        processInput(connection, wholly: wholly)
     }
 
-    /// Handles complete calls in order while the connection takes them. Returns whether it
-    /// handled any.
+    /// Handles complete calls in order while the connection takes them, until the loop has
+    /// run `turnLength` in this pass (after one call at least): then the rest wait for the
+    /// connection's next turn (`giveTurns`), and other connections and timers go first. With
+    /// `wholly`, no turn ends it (an app facing termination: what it sent counts, rule 7a).
+    /// Returns whether it handled any.
     @discardableResult
-    func processInput(_ connection: Connection) -> Bool {
+    func processInput(_ connection: Connection, wholly: Bool = false) -> Bool {
         var handled = false
         while connection.wantsInput {
             let message: ArraySlice<UInt8>
@@ -200,8 +205,28 @@ extension Daemon {
             }
             handle(request, on: connection, at: now)
             handled = true
+            // Only a connection with more input pays for the clock read.
+            if !wholly, connection.framer.bufferedByteCount > 0, Clock.monotonicNanoseconds() - loop.now >= Self.turnLength {
+                connection.awaitsTurn = true
+                awaitingTurn.append(connection)
+                armTimer(at: loop.now)
+                return handled
+            }
         }
         return handled
+    }
+
+    /// The next turn of every connection that used up its last (`processInput`), in order.
+    func giveTurns() {
+        guard !awaitingTurn.isEmpty else { return }
+        let waiting = awaitingTurn
+        awaitingTurn = []
+        for connection in waiting where !connection.isClosed && connection.awaitsTurn {
+            connection.awaitsTurn = false
+            touch(connection)  // its events are set again at the commit: input waiting is looked for
+            connection.inputMayWait = true
+            processInput(connection)
+        }
     }
 
     /// A message as a call: a hot method's straight from its bytes when it can be
@@ -244,7 +269,13 @@ extension Daemon {
         for app in apps {
             for id in connectionsByApp[app] ?? [] {
                 guard let connection = connections[id] else { continue }
-                handleIO(connection, events: IOEvents.readable)
+                if connection.awaitsTurn {
+                    // Its turn now, whole (left in `awaitingTurn`, passed over there): what is
+                    // read first, then what waits in the socket.
+                    connection.awaitsTurn = false
+                    processInput(connection, wholly: true)
+                }
+                handleIO(connection, events: IOEvents.readable, wholly: true)
             }
             for owner in model.taskOwners(of: app) where watches[owner]?.pidfd.hasExited == true {
                 processExited(owner)
