@@ -48,12 +48,14 @@ struct UnprivilegedFloodTests {
     /// Python: sends `data` (`count` calls) on `s` while reading their replies, as a
     /// pipelining client must; returns how many replies came and how many were errors.
     static let pipelined = #"""
-    def pipelined(s, data, count, timeout):
+    def pipelined(s, data, count, timeout, end=False):
         replies, errors, buf = 0, 0, b""
         while replies < count:
             r, w, _ = select.select([s], [s] if data else [], [], timeout)
             if not r and not w: break
-            if w: data = data[s.send(data[:65536]):]
+            if w:
+                data = data[s.send(data[:65536]):]
+                if end and not data: s.shutdown(socket.SHUT_WR)
             if r:
                 chunk = s.recv(65536)
                 if not chunk: break
