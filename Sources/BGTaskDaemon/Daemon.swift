@@ -126,7 +126,7 @@ public final class Daemon {
     /// (`processInput`; at least one call a turn). Each call is bounded, but 400 of them
     /// pipelined were handled in one go: uid 65534 flipping its own unit app above 5,000
     /// cgroups (the kernel's freeze and thaw of them, ~5 ms each) held root's `GetStatus`
-    /// 1.8 s.
+    /// 0.7–1.8 s.
     static let turnLength: Int64 = 2_000_000
     /// How long a connection's answered input may stay in its socket once it is idle: long
     /// enough that a busy connection's is taken after its replies (a timer's take may find
