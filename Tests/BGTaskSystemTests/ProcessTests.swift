@@ -78,17 +78,6 @@ import TestSupport
         }
     }
 
-    /// Starts a child that gets `pid` again (via `ns_last_pid`), retrying while other
-    /// processes take it first.
-    static func spawn(reusing pid: Int32) throws -> Spawned {
-        for _ in 0..<200 {
-            try Capabilities.writeLastPID(String(pid - 1))
-            let child = try Spawned("/bin/sleep", ["60"])
-            if child.pid == pid { return child }
-        }
-        throw TestFailure("could not get pid \(pid) back")
-    }
-
     /// A pidfd keeps naming the process it was opened for: once that process is gone, a new
     /// process with the same pid cannot be signalled through it.
     @Test(.enabled(if: Capabilities.canRecyclePids, "needs CAP_SYS_ADMIN to write /proc/sys/kernel/ns_last_pid"))
@@ -98,7 +87,7 @@ import TestSupport
         let pid = old.pid
         try old.signal(SIGKILL)
         try old.wait(timeout: 5)
-        let recycled = try Self.spawn(reusing: pid)
+        let recycled = try Capabilities.spawn(reusing: pid)
         #expect(recycled.pid == pid)
         #expect(throws: Errno.self) { try stale.send(signal: SIGSTOP) }
         #expect(stale.hasExited)

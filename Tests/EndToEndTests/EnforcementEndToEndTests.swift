@@ -108,13 +108,7 @@ import Varlink
         let pid = probe.pid
         try probe.process.signal(SIGKILL)
         try probe.process.wait(timeout: 5)
-        var recycled: Spawned?
-        for _ in 0..<200 where recycled == nil {
-            try Capabilities.writeLastPID(String(pid - 1))
-            let candidate = try Spawned("/bin/sleep", ["60"])
-            if candidate.pid == pid { recycled = candidate }
-        }
-        let newcomer = try #require(recycled, "could not get pid \(pid) back")
+        let newcomer = try Capabilities.spawn(reusing: pid)
         try waitUntil("the deadline to pass while bgtaskd is stopped") {
             Clock.monotonicNanoseconds() - backgrounded > 600_000_000
         }

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 import BGTaskSystem
+import Dispatch
 import Glibc
 
 /// A child process the test started, held by the pidfd `Subprocess.spawn` took at once.
@@ -207,4 +208,23 @@ public enum Capabilities {
         let fd = FileDescriptor(try systemCall("open ns_last_pid") { open("/proc/sys/kernel/ns_last_pid", O_WRONLY) })
         _ = try fd.write(Array(value.utf8))
     }
+
+    /// Starts `sleep 60` with `pid` again (via `ns_last_pid`), retrying for up to 10 s while
+    /// other processes take it first. A CI run gave up after 200 tries (~60 ms: "could not get
+    /// pid 22084 back") while other suites forked beside it, one of them a hundred processes
+    /// at once; and two tests recycling side by side, each writing `ns_last_pid` for its own
+    /// pid, would take each other's: one at a time in the whole test process.
+    public static func spawn(reusing pid: Int32) throws -> Spawned {
+        recycling.wait()
+        defer { recycling.signal() }
+        let deadline = Clock.monotonicNanoseconds() + 10_000_000_000
+        while Clock.monotonicNanoseconds() < deadline {
+            try writeLastPID(String(pid - 1))
+            let child = try Spawned("/bin/sleep", ["60"])
+            if child.pid == pid { return child }
+        }
+        throw TestFailure("could not get pid \(pid) back")
+    }
+
+    private static let recycling = DispatchSemaphore(value: 1)
 }
