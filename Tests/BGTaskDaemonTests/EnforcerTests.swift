@@ -49,6 +49,22 @@ import TestSupport
         return cgroup
     }
 
+    /// `Enforcer.cgroupsPerLook` cgroup paths below `cgroup` (`c0.SUFFIX`, …), the first
+    /// `made` of them made now.
+    func cgroupsBelow(_ cgroup: Cgroup, suffix: String, made: Int = Enforcer.cgroupsPerLook) throws -> [String] {
+        let below = (0..<Enforcer.cgroupsPerLook).map { cgroup.directory + "/c\($0).\(suffix)" }
+        for directory in below.prefix(made) { try systemCall("mkdir") { mkdir(directory, 0o755) } }
+        return below
+    }
+
+    /// Kills what is left in `cgroup`, then removes the cgroups `below` it and itself.
+    func remove(_ cgroup: Cgroup, below: [String]) {
+        try? cgroup.kill()
+        try? waitUntil("the cgroup empty") { try cgroup.processes().isEmpty }
+        for directory in below { rmdir(directory) }
+        rmdir(cgroup.directory)
+    }
+
     /// A shell with two children, all of which the test started.
     func tree() throws -> Spawned {
         let shell = try Spawned("/bin/sh", ["-c", "sleep 1000 & sleep 1000 & echo ready; wait"])
@@ -168,14 +184,8 @@ import TestSupport
     func aLookForAnAppsOwnCgroupGoesIntoSoManyCgroupsBelowIt() throws {
         let rig = try Rig()
         let cgroup = try makeCgroup("below")
-        let below = (0..<Enforcer.cgroupsPerLook).map { cgroup.directory + "/c\($0).slice" }
-        for directory in below { try systemCall("mkdir") { mkdir(directory, 0o755) } }
-        defer {
-            try? cgroup.kill()
-            try? waitUntil("the cgroup empty") { try cgroup.processes().isEmpty }
-            for directory in below { rmdir(directory) }
-            rmdir(cgroup.directory)
-        }
+        let below = try cgroupsBelow(cgroup, suffix: "slice")
+        defer { remove(cgroup, below: below) }
         let shell = try Spawned("/bin/sh", ["-c", "echo $$ > \(cgroup.directory)/cgroup.procs; sleep 1000 & echo ready; wait"])
         try shell.expectLine("ready")
         try waitUntil("its child") { processTree(of: shell.pidfd).count == 2 }
@@ -204,14 +214,8 @@ import TestSupport
     func aUnitSetToSignalsWithMoreCgroupsThanAWalkReadsIsFrozen() throws {
         let rig = try Rig()
         let unit = try makeCgroup("wide.scope")
-        let below = (0..<Enforcer.cgroupsPerLook).map { unit.directory + "/c\($0).scope" }
-        for directory in below.dropLast() { try systemCall("mkdir") { mkdir(directory, 0o755) } }
-        defer {
-            try? unit.kill()
-            try? waitUntil("the unit empty") { try unit.processes().isEmpty }
-            for directory in below { rmdir(directory) }
-            rmdir(unit.directory)
-        }
+        let below = try cgroupsBelow(unit, suffix: "scope", made: Enforcer.cgroupsPerLook - 1)
+        defer { remove(unit, below: below) }
         let shell = try Spawned("/bin/sh", ["-c", "echo $$ > \(unit.directory)/cgroup.procs; sleep 1000 & echo ready; wait"])
         try shell.expectLine("ready")
         try waitUntil("its child") { processTree(of: shell.pidfd).count == 2 }
@@ -241,14 +245,8 @@ import TestSupport
     func aUnitsWalkReadsSoManyCgroupsAndTheGraceEndsTheRest() throws {
         let rig = try Rig()
         let unit = try makeCgroup("deep.scope")
-        let below = (0..<Enforcer.cgroupsPerLook).map { unit.directory + "/c\($0).scope" }
-        for directory in below { try systemCall("mkdir") { mkdir(directory, 0o755) } }
-        defer {
-            try? unit.kill()
-            try? waitUntil("the unit empty") { try unit.processes().isEmpty }
-            for directory in below { rmdir(directory) }
-            rmdir(unit.directory)
-        }
+        let below = try cgroupsBelow(unit, suffix: "scope")
+        defer { remove(unit, below: below) }
         // The shell in the unit, a sleep in each cgroup below it.
         let script = below.map { "sh -c 'echo $$ > \($0)/cgroup.procs; exec sleep 1000' & " }.joined()
         let shell = try Spawned("/bin/sh", ["-c", "echo $$ > \(unit.directory)/cgroup.procs; \(script)echo ready; wait"])
