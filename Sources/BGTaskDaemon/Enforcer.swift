@@ -212,7 +212,8 @@ final class Enforcer {
             : try? ownCgroup(of: app, uid: uid, tree: tree, at: now).get())
         // A frozen process app's cgroup may hold processes that left its tree (a daemonized
         // child); a unit's are its walk's already.
-        let pidfds = tree + (whole.flatMap { unit(app) == nil ? others(in: $0, than: tree, uid: uid) : nil } ?? [])
+        let known = Set(tree.map(\.pid))
+        let pidfds = tree + (whole.flatMap { unit(app) == nil ? members(of: $0, uid: uid).filter { !known.contains($0.pid) } : nil } ?? [])
         for pidfd in pidfds {
             if signal != Signal.kill { try? pidfd.send(signal: Signal.continue) }
             try? pidfd.send(signal: signal)
@@ -278,18 +279,13 @@ final class Enforcer {
     /// stops) is left to `finishStops`, one read for every app stopped before it.
     func members(of app: ProcessIdentity, uid: UInt32, readLater: Bool = false, visit: ((Pidfd) -> Bool)? = nil) -> [Pidfd] {
         guard let root = root(app) else { return [] }
+        if let unit = unit(app) { return members(of: unit, uid: uid) }
         var left: [Int32] = [], unopened: [Int32] = []
         defer {
             excluded.formUnion(left)
             unreached.formUnion(unopened)
         }
         let owner = uid == 0 ? nil : uid
-        if let unit = unit(app) {
-            var complete = true
-            defer { if !complete { cgroupsUnread = true } }
-            return ProcessTree.members(of: unit, owner: owner, excluded: &left, unreached: &unopened,
-                                       cgroupsAtMost: Self.cgroupsPerLook, complete: &complete).filter { $0.pid != ownPID }
-        }
         let own = ownPID
         if let followed = tracked(app, [root.pid], false) {
             var known: Set<Int32> = [ownPID]
@@ -435,18 +431,18 @@ final class Enforcer {
         for pidfd in members(of: app, uid: uid) { try? pidfd.send(signal: signal) }
     }
 
-    /// The processes in `cgroup` (at most `cgroupsPerLook` cgroups of it) not in `tree` and
-    /// not the daemon, that the owner could signal itself.
-    func others(in cgroup: Cgroup, than tree: [Pidfd], uid: UInt32) -> [Pidfd] {
+    /// The processes in `cgroup` (in at most `cgroupsPerLook` of its cgroups), but the
+    /// daemon, that the owner could signal itself; what was left out is noted for the
+    /// action's report (`excluded`, `unreached`, `cgroupsUnread`).
+    func members(of cgroup: Cgroup, uid: UInt32) -> [Pidfd] {
         var left: [Int32] = [], unopened: [Int32] = [], complete = true
         defer {
             excluded.formUnion(left)
             unreached.formUnion(unopened)
             if !complete { cgroupsUnread = true }
         }
-        let known = Set(tree.map(\.pid) + [ownPID])
         return ProcessTree.members(of: cgroup, owner: uid == 0 ? nil : uid, excluded: &left, unreached: &unopened,
-                                   cgroupsAtMost: Self.cgroupsPerLook, complete: &complete).filter { !known.contains($0.pid) }
+                                   cgroupsAtMost: Self.cgroupsPerLook, complete: &complete).filter { $0.pid != ownPID }
     }
 
     /// Notes how `app` is suspended (`nil`: it is not).

@@ -139,9 +139,10 @@ public struct Cgroup: Equatable, Sendable {
     }
 
     /// How many live cgroups are below this one (`cgroup.stat`'s `nr_descendants`): the
-    /// kernel's count, one small read, no walk.
+    /// kernel's count, one small read, no walk. Opened with `O_NOFOLLOW`, as `cgroup.procs`
+    /// is: the directory may be its owner's.
     public func descendantCount() throws(Errno) -> Int {
-        let text = try readFile(directory + "/cgroup.stat")
+        let text = try open("cgroup.stat", O_RDONLY | O_NOFOLLOW, parents: nil).read(upTo: 4096)
         for line in String(decoding: text, as: UTF8.self).split(separator: "\n") where line.hasPrefix("nr_descendants ") {
             if let count = Int(line.dropFirst("nr_descendants ".count)) { return count }
         }

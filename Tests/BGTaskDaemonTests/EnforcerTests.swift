@@ -49,6 +49,15 @@ import TestSupport
         return cgroup
     }
 
+    /// A shell that moved itself into `cgroup`, with `sleeps` children, all running.
+    func shell(in cgroup: Cgroup, sleeps: Int = 1) throws -> Spawned {
+        let children = String(repeating: "sleep 1000 & ", count: sleeps)
+        let shell = try Spawned("/bin/sh", ["-c", "echo $$ > \(cgroup.directory)/cgroup.procs; \(children)echo ready; wait"])
+        try shell.expectLine("ready")
+        try waitUntil("its \(sleeps) children") { processTree(of: shell.pidfd).count == sleeps + 1 }
+        return shell
+    }
+
     /// `Enforcer.cgroupsPerLook` cgroup paths below `cgroup` (`c0.SUFFIX`, …), the first
     /// `made` of them made now.
     func cgroupsBelow(_ cgroup: Cgroup, suffix: String, made: Int = Enforcer.cgroupsPerLook) throws -> [String] {
@@ -121,8 +130,7 @@ import TestSupport
         let rig = try Rig()
         let cgroup = try makeCgroup("enforcer")
         defer { rmdir(cgroup.directory) }
-        let shell = try Spawned("/bin/sh", ["-c", "echo $$ > \(cgroup.directory)/cgroup.procs; sleep 1000 & echo ready; wait"])
-        try shell.expectLine("ready")
+        let shell = try shell(in: cgroup)
         let app = try rig.app(shell)
         rig.enforcer.adopt(app, unitPath: cgroup.path)
         rig.enforcer.suspend(app, uid: 0, command: "sh", mode: .auto, at: 5_000)
@@ -161,9 +169,7 @@ import TestSupport
             _ = try? stranger.wait(timeout: 5)
             try? waitUntil("the cgroup empty") { try cgroup.processes().isEmpty }
         }
-        let shell = try Spawned("/bin/sh", ["-c", "echo $$ > \(cgroup.directory)/cgroup.procs; sleep 1000 & sleep 1000 & echo ready; wait"])
-        try shell.expectLine("ready")
-        try waitUntil("both children") { processTree(of: shell.pidfd).count == 3 }
+        let shell = try shell(in: cgroup, sleeps: 2)
         let app = try rig.app(shell)
         rig.enforcer.suspend(app, uid: 0, command: "sh", mode: .auto, at: 0)
         #expect(rig.enforcer.suspended[app]?.method == .signals)
@@ -186,9 +192,7 @@ import TestSupport
         let cgroup = try makeCgroup("below")
         let below = try cgroupsBelow(cgroup, suffix: "slice")
         defer { remove(cgroup, below: below) }
-        let shell = try Spawned("/bin/sh", ["-c", "echo $$ > \(cgroup.directory)/cgroup.procs; sleep 1000 & echo ready; wait"])
-        try shell.expectLine("ready")
-        try waitUntil("its child") { processTree(of: shell.pidfd).count == 2 }
+        let shell = try shell(in: cgroup)
         let app = try rig.app(shell)
         rig.enforcer.suspend(app, uid: 0, command: "sh", mode: .auto, at: 0)
         #expect(rig.enforcer.suspended[app]?.method == .signals)
@@ -216,9 +220,7 @@ import TestSupport
         let unit = try makeCgroup("wide.scope")
         let below = try cgroupsBelow(unit, suffix: "scope", made: Enforcer.cgroupsPerLook - 1)
         defer { remove(unit, below: below) }
-        let shell = try Spawned("/bin/sh", ["-c", "echo $$ > \(unit.directory)/cgroup.procs; sleep 1000 & echo ready; wait"])
-        try shell.expectLine("ready")
-        try waitUntil("its child") { processTree(of: shell.pidfd).count == 2 }
+        let shell = try shell(in: unit)
         let app = try rig.app(shell)
         rig.enforcer.adopt(app, unitPath: unit.path)
         rig.enforcer.suspend(app, uid: 0, command: "sh", mode: .signal, at: 0)
@@ -307,8 +309,7 @@ import TestSupport
         defer { rmdir(cgroup.directory) }
         try systemCall("mkdir") { mkdir(below.directory, 0o755) }
         defer { rmdir(below.directory) }
-        let shell = try Spawned("/bin/sh", ["-c", "echo $$ > \(below.directory)/cgroup.procs; sleep 1000 & echo ready; wait"])
-        try shell.expectLine("ready")
+        let shell = try shell(in: below)
         try below.setFrozen(true)
         try waitUntil("below frozen") { try below.isFrozen() }
         let app = try rig.app(shell)

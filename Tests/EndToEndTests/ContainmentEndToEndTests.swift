@@ -202,11 +202,7 @@ struct ContainmentEndToEndTests {
     static let forkingApp = #"""
     import json, os, signal, socket, sys
     s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
-    def call(method, params):
-        s.sendall(json.dumps({"method": method, "parameters": params}).encode() + b"\0")
-        reply = b""
-        while not reply.endswith(b"\0"): reply += s.recv(4096)
-        return json.loads(reply[:-1])
+    \#(UnprivilegedFloodTests.call)
     call("io.bgtaskd.App.GetTimeRemaining", {})
     r, w = os.pipe()
     if os.fork() == 0:

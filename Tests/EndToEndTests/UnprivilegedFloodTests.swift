@@ -45,6 +45,15 @@ struct UnprivilegedFloodTests {
     }
 
 
+    /// Python: `call(method, params)` on the socket `s`, one call at a time, its reply parsed.
+    static let call = #"""
+    def call(method, params):
+        s.sendall(json.dumps({"method": method, "parameters": params}).encode() + b"\0")
+        reply = b""
+        while not reply.endswith(b"\0"): reply += s.recv(65536)
+        return json.loads(reply[:-1])
+    """#
+
     /// Python: sends `data` (`count` calls) on `s` while reading their replies, as a
     /// pipelining client must; returns how many replies came and how many were errors.
     static let pipelined = #"""
@@ -177,11 +186,7 @@ struct UnprivilegedFloodTests {
     static let app = #"""
     import json, socket, sys
     s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
-    def call(method, params):
-        s.sendall(json.dumps({"method": method, "parameters": params}).encode() + b"\0")
-        buf = b""
-        while not buf.endswith(b"\0"): buf += s.recv(65536)
-        return json.loads(buf[:-1])
+    \#(call)
     task = call("io.bgtaskd.App.BeginTask", {"name": "registers"})["parameters"]["taskId"]
     call("io.bgtaskd.App.EndTask", {"taskId": task})
     print("ready", flush=True)
