@@ -148,11 +148,15 @@ extension Enforcer {
         }
         guard case let .freezer(cgroup)? = suspended[app]?.method else { return }
         let frozen = Cgroup.isFrozen(events: events)
-        if pendingFreezes[app] != nil {
-            if frozen { _ = takePendingFreeze(of: app) }
+        if frozen {
+            _ = takePendingFreeze(of: app)
             return
         }
-        guard !frozen, (try? cgroup.freezeRequested()) != true else { return }
+        // `frozen 0` with the daemon's `1` in `cgroup.freeze`: a freeze under way. With `0`
+        // there, someone thawed it — also while its freeze was pending: the kernel's `frozen 1`
+        // and the owner's thaw can come before the daemon reads the first report (CI: the
+        // thaw was taken for a freeze under way, and no freeze followed).
+        guard (try? cgroup.freezeRequested()) == false else { return }
         if !watch.reported, let record = suspended[app] {
             freezerWatches[app]?.reported = true
             log(.warning, "App \(app) (\(record.command)) was thawed while suspended (\(cgroup.directory)/cgroup.freeze set to 0 by someone else, or its slice thawed); freezing it again")

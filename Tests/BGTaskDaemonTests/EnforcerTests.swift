@@ -328,6 +328,37 @@ import TestSupport
         try waitUntil("the cgroup empty") { try cgroup.processes().isEmpty }
     }
 
+    /// The kernel's `frozen 1` and the owner's thaw, both before the daemon reads the first
+    /// report (its loop busy): the thaw is undone as any other, not taken for a freeze still
+    /// under way and left to the bound's fallback to signals (CI, a loaded machine).
+    @Test(.enabled(if: Capabilities.cgroupsWritable, "needs a writable cgroup v2 hierarchy (root)"))
+    func aThawBeforeTheFreezesReportIsReadIsUndone() throws {
+        let rig = try Rig()
+        let cgroup = try makeCgroup("thawed-early")
+        defer { rmdir(cgroup.directory) }
+        let shell = try shell(in: cgroup)
+        let app = try rig.app(shell)
+        rig.enforcer.adopt(app, unitPath: cgroup.path)
+        rig.enforcer.suspend(app, uid: 0, command: "sh", mode: .auto, at: 5_000)
+        try waitUntil("frozen 1") { try cgroup.isFrozen() }
+        try cgroup.setFrozen(false)  // the owner's thaw, the loop not run since the freeze
+        try waitUntil("frozen 0") { try !cgroup.isFrozen() }
+        try waitUntil("the thaw undone") {
+            _ = try rig.loop.runOnce(timeoutMilliseconds: 10)
+            return rig.logged.contains { $0.contains("was thawed while suspended") }
+        }
+        try waitUntil("frozen again") { try cgroup.isFrozen() }
+        try waitUntil("the wait disarmed by the report") {
+            _ = try rig.loop.runOnce(timeoutMilliseconds: 10)
+            return rig.scheduled.last?.0 == .freeze(app) && rig.scheduled.last?.1 == nil
+        }
+        #expect(rig.enforcer.suspended[app]?.method == .freezer(cgroup))
+        rig.enforcer.resume(app, uid: 0, at: 6_000)
+        shell.killTree()
+        _ = try shell.wait(timeout: 5)
+        try waitUntil("the cgroup empty") { try cgroup.processes().isEmpty }
+    }
+
     /// One timer: the model's next deadline, whatever is in flight (the enforcement's waits
     /// are the model's); the Enforcer takes every instant from its caller.
     @Test func theDaemonArmsOneTimerAndTheEnforcerReadsNoClock() throws {
