@@ -186,10 +186,13 @@ import Varlink
         try waitUntil("term2 (not activated) suspended: \(rig.agentLines().suffix(4))", timeout: 5) { stopped(term2) }
         #expect(running(foot))
         #expect(rig.daemon.logged { $0.contains("as unit app-launcher-term2-5678.scope") })
+        func states() -> String {
+            "foot \(processState(foot).map { String($0) } ?? "gone"), term2 \(processState(term2).map { String($0) } ?? "gone"); agent: \(rig.agentLines().suffix(6)); daemon: \(rig.daemon.log().suffix(6))"
+        }
         try rig.sway.msg("[pid=\(term2)]", "focus")
-        try waitUntil("the activation to swap who runs", timeout: 3) { running(term2) && stopped(foot) }
+        try waitUntil("the activation to swap who runs: \(states())", timeout: 3) { running(term2) && stopped(foot) }
         try rig.sway.msg("[pid=\(foot)]", "focus")
-        try waitUntil("foot activated again", timeout: 3) { running(foot) && stopped(term2) }
+        try waitUntil("foot activated again: \(states())", timeout: 3) { running(foot) && stopped(term2) }
     }
 
     @Test(.enabled(if: SwaySession.available, SwaySession.missing))

@@ -138,7 +138,11 @@ struct UnprivilegedUserTests {
                 for verb in [["terminate"], ["expire"], ["tasks"], ["policy"]] {
                     let (code, output) = try daemon.ctl(verb + ["--unit", name], asUser: Intruder.uid)
                     #expect(code != 0, "\(verb) \(name): \(output)")
-                    answers.append(output.replacingOccurrences(of: unit.name, with: "UNIT"))
+                    // With thousands of cgroups in uid 65534's subtree (the floods', when run
+                    // beside this suite), a search is cut short by the allowance of the second
+                    // it falls in, whatever it looks for: the hint says which, not what.
+                    answers.append(output.replacingOccurrences(of: unit.name, with: "UNIT")
+                        .replacingOccurrences(of: "; try again or give the unit's cgroup path", with: "; try again"))
                 }
             }
         }

@@ -184,7 +184,7 @@ if until_true 5 test -d "$thawed_scope" && "$ctl" background --unit bgtaskd-thaw
    && until_true 5 grep -q '^frozen 1' "$thawed_scope/cgroup.events"; then
     ok slice-thaw-frozen-again
 else
-    fail slice-thaw-frozen-again "$(cat "$thawed_scope/cgroup.events" 2>&1 | tr '\n' ' ') $(journalctl -u bgtaskd.service --no-pager | tail -2 | tr '\n' ' ')"
+    fail slice-thaw-frozen-again "$(cat "$thawed_scope/cgroup.events" 2>&1 | tr '\n' ' ') freeze $(cat "$thawed_scope/cgroup.freeze" 2>&1), slice's $(cat /sys/fs/cgroup/bgtaskd.slice/cgroup.freeze 2>&1); $(systemctl show -p FreezerState bgtaskd.slice bgtaskd-thawed.scope | tr '\n' ' ') $(journalctl -u bgtaskd.service --no-pager | tail -6 | tr '\n' ' ')"
 fi
 "$ctl" terminate --unit bgtaskd-thawed.scope >/dev/null
 "$ctl" foreground --unit bgtaskd-app.scope >/dev/null
