@@ -40,6 +40,44 @@ import TestSupport
             roots[identity] = child.pidfd
             return identity
         }
+
+        /// Runs the loop until `app`'s freeze wait is disarmed: the kernel's `frozen 1` read.
+        func runUntilFreezeConfirmed(_ app: ProcessIdentity) throws {
+            try waitUntil("the freeze wait disarmed") {
+                _ = try loop.runOnce(timeoutMilliseconds: 10)
+                return scheduled.last?.0 == .freeze(app) && scheduled.last?.1 == nil
+            }
+        }
+    }
+
+    /// A shell in a cgroup of the test's own, adopted as a unit app and suspended at 5,000
+    /// (`auto`: frozen); `end()` resumes it, ends the shell and removes the cgroup.
+    struct UnitApp {
+        let rig: Rig, cgroup: Cgroup, shell: Spawned, app: ProcessIdentity
+
+        func end() throws {
+            defer { rmdir(cgroup.directory) }
+            rig.enforcer.resume(app, uid: 0, at: 6_000)
+            try waitUntil("frozen 0") { try !cgroup.isFrozen() }
+            shell.killTree()
+            _ = try shell.wait(timeout: 5)
+            try waitUntil("the cgroup empty") { try cgroup.processes().isEmpty }
+        }
+    }
+
+    func suspendedUnitApp(_ name: String) throws -> UnitApp {
+        let rig = try Rig()
+        let cgroup = try makeCgroup(name)
+        do {
+            let shell = try shell(in: cgroup)
+            let app = try rig.app(shell)
+            rig.enforcer.adopt(app, unitPath: cgroup.path)
+            rig.enforcer.suspend(app, uid: 0, command: "sh", mode: .auto, at: 5_000)
+            return UnitApp(rig: rig, cgroup: cgroup, shell: shell, app: app)
+        } catch {
+            rmdir(cgroup.directory)
+            throw error
+        }
     }
 
     /// A cgroup of the test's own, made now, named for what it is for (removed by the test).
@@ -127,31 +165,19 @@ import TestSupport
 
     @Test(.enabled(if: Capabilities.cgroupsWritable, "needs a writable cgroup v2 hierarchy (root)"))
     func aUnitAppIsFrozenWholeAndItsWaitDisarmedOnceConfirmed() throws {
-        let rig = try Rig()
-        let cgroup = try makeCgroup("enforcer")
-        defer { rmdir(cgroup.directory) }
-        let shell = try shell(in: cgroup)
-        let app = try rig.app(shell)
-        rig.enforcer.adopt(app, unitPath: cgroup.path)
-        rig.enforcer.suspend(app, uid: 0, command: "sh", mode: .auto, at: 5_000)
+        let unit = try suspendedUnitApp("enforcer")
+        let (rig, cgroup, app) = (unit.rig, unit.cgroup, unit.app)
         #expect(rig.enforcer.suspended[app]?.method == .freezer(cgroup))
         try waitUntil("frozen 1") { try cgroup.isFrozen() }
         // Armed for the bound, and disarmed by cgroup.events' report (nothing is read at the
         // freeze: the report comes even when the freeze completed before the watch was added).
         let armed = try #require(rig.scheduled.first(where: { $0.0 == .freeze(app) }))
         #expect(armed.1 == 5_000 + Enforcer.freezeBound)
-        try waitUntil("the wait disarmed") {
-            _ = try rig.loop.runOnce(timeoutMilliseconds: 10)
-            return rig.scheduled.last?.0 == .freeze(app) && rig.scheduled.last?.1 == nil
-        }
+        try rig.runUntilFreezeConfirmed(app)
         rig.enforcer.freezeWaitEnded(app, at: 5_000 + Enforcer.freezeBound)  // frozen: nothing to fall back from
         #expect(rig.enforcer.suspended[app]?.method == .freezer(cgroup))
         #expect(!rig.scheduled.contains { $0.0 == .stopCheck })  // no signals, no stray-SIGCONT check
-        rig.enforcer.resume(app, uid: 0, at: 6_000)
-        try waitUntil("frozen 0") { try !cgroup.isFrozen() }
-        shell.killTree()
-        _ = try shell.wait(timeout: 5)
-        try waitUntil("the cgroup empty") { try cgroup.processes().isEmpty }
+        try unit.end()
     }
 
     /// A process app in a cgroup it shares (a login session's) is told so by the first
@@ -317,10 +343,7 @@ import TestSupport
         rig.enforcer.suspend(app, uid: 0, command: "sh", mode: .auto, at: 5_000)
         #expect(try cgroup.isFrozen())  // done inside the write
         #expect(rig.scheduled.first { $0.0 == .freeze(app) }?.1 == 5_000 + Enforcer.freezeBound)
-        try waitUntil("the wait disarmed by the report") {
-            _ = try rig.loop.runOnce(timeoutMilliseconds: 10)
-            return rig.scheduled.last?.0 == .freeze(app) && rig.scheduled.last?.1 == nil
-        }
+        try rig.runUntilFreezeConfirmed(app)
         rig.enforcer.resume(app, uid: 0, at: 6_000)
         try below.setFrozen(false)
         shell.killTree()
@@ -333,13 +356,8 @@ import TestSupport
     /// under way and left to the bound's fallback to signals (CI, a loaded machine).
     @Test(.enabled(if: Capabilities.cgroupsWritable, "needs a writable cgroup v2 hierarchy (root)"))
     func aThawBeforeTheFreezesReportIsReadIsUndone() throws {
-        let rig = try Rig()
-        let cgroup = try makeCgroup("thawed-early")
-        defer { rmdir(cgroup.directory) }
-        let shell = try shell(in: cgroup)
-        let app = try rig.app(shell)
-        rig.enforcer.adopt(app, unitPath: cgroup.path)
-        rig.enforcer.suspend(app, uid: 0, command: "sh", mode: .auto, at: 5_000)
+        let unit = try suspendedUnitApp("thawed-early")
+        let (rig, cgroup, app) = (unit.rig, unit.cgroup, unit.app)
         try waitUntil("frozen 1") { try cgroup.isFrozen() }
         try cgroup.setFrozen(false)  // the owner's thaw, the loop not run since the freeze
         try waitUntil("frozen 0") { try !cgroup.isFrozen() }
@@ -348,15 +366,9 @@ import TestSupport
             return rig.logged.contains { $0.contains("was thawed while suspended") }
         }
         try waitUntil("frozen again") { try cgroup.isFrozen() }
-        try waitUntil("the wait disarmed by the report") {
-            _ = try rig.loop.runOnce(timeoutMilliseconds: 10)
-            return rig.scheduled.last?.0 == .freeze(app) && rig.scheduled.last?.1 == nil
-        }
+        try rig.runUntilFreezeConfirmed(app)
         #expect(rig.enforcer.suspended[app]?.method == .freezer(cgroup))
-        rig.enforcer.resume(app, uid: 0, at: 6_000)
-        shell.killTree()
-        _ = try shell.wait(timeout: 5)
-        try waitUntil("the cgroup empty") { try cgroup.processes().isEmpty }
+        try unit.end()
     }
 
     /// One timer: the model's next deadline, whatever is in flight (the enforcement's waits
