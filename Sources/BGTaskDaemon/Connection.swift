@@ -52,7 +52,7 @@ final class Connection {
     private var spare: [UInt8] = []
     private(set) var pendingOutputBytes = 0
     /// What the connection's user has waiting in all its connections.
-    let account: OutputAccount
+    let account: UserAccount
     /// Its input is peeked and taken from the socket only once its replies went out
     /// (`readInput`, `takeInput`): false where the kernel has no peek offset.
     let peeks: Bool
@@ -79,7 +79,7 @@ final class Connection {
 
     /// `peeking: false` reads input as it comes, as on a kernel without a peek offset.
     init(id: ConnectionID, socket: FileDescriptor, credentials: PeerCredentials, peerPidfd: Pidfd?,
-         maximumMessageBytes: Int, account: OutputAccount, peeking: Bool = true) {
+         maximumMessageBytes: Int, account: UserAccount, peeking: Bool = true) {
         self.id = id
         self.socket = socket
         self.credentials = credentials
@@ -173,7 +173,7 @@ final class Connection {
 
     private func grow(by bytes: Int) {
         pendingOutputBytes += bytes
-        account.bytes += bytes
+        account.outputBytes += bytes
     }
 
     /// Queues the next slice of the listing being sent, if the peer has read the last one.
@@ -284,10 +284,27 @@ final class Connection {
     }
 }
 
-/// What one user's connections have waiting to be written, in all: bounded per user, not
-/// only per connection (`Daemon.maximumOutputBytesPerUser`).
-final class OutputAccount {
-    var bytes = 0
+/// What one user's connections share, whatever their number: how many there are
+/// (`MaxConnectionsPerUser`), what they have waiting to be written in all (bounded per user,
+/// not only per connection: `Daemon.maximumOutputBytesPerUser`), and the loop time their
+/// calls took in the current pass (a turn is the user's, not each connection's:
+/// `Daemon.processInput`).
+final class UserAccount {
+    var connections = 0
+    var outputBytes = 0
+    private var loopTime: Int64 = 0
+    private var loopTimePass: UInt64 = 0
+
+    /// Nanoseconds of loop time its calls took in pass `pass`.
+    func loopTime(in pass: UInt64) -> Int64 { loopTimePass == pass ? loopTime : 0 }
+
+    func charge(_ nanoseconds: Int64, in pass: UInt64) {
+        if loopTimePass != pass {
+            loopTimePass = pass
+            loopTime = 0
+        }
+        loopTime += nanoseconds
+    }
 }
 
 /// A reply too large to build in one go (`ListTasks` of 100,000 tasks is 14 MB of JSON):

@@ -87,9 +87,8 @@ public final class Daemon {
     let replyBuffer = ByteBuffer(capacity: 1024)
     /// The connections `commit` is writing out: `touched` as it began, swapped in.
     var committing: [Connection] = []
-    var connectionsPerUID: [UInt32: Int] = [:]
-    /// What each user's connections have waiting to be written (`maximumOutputBytesPerUser`).
-    var outputAccounts: [UInt32: OutputAccount] = [:]
+    /// What each user's connections share (`UserAccount`), while it has any.
+    var accounts: [UInt32: UserAccount] = [:]
     var nextConnectionID: UInt64 = 1
 
     /// The processes the model asked to watch, each held by pidfd.
@@ -122,12 +121,15 @@ public final class Daemon {
     /// Connections whose pipelined calls used up their turn (`turnLength`), in the order
     /// they did: each gets its next turn at the timer, after what else was ready.
     var awaitingTurn: [Connection] = []
-    /// The loop time after which a connection's pipelined calls wait for their next turn
-    /// (`processInput`; at least one call a turn). Each call is bounded, but 400 of them
-    /// pipelined were handled in one go: uid 65534 flipping its own unit app above 5,000
-    /// cgroups (the kernel's freeze and thaw of them, ~5 ms each) held root's `GetStatus`
-    /// 0.7–1.8 s.
+    /// The loop time after which a connection's pipelined calls wait for their next turn, and
+    /// so do the calls of a user whose calls took that much of the pass (`processInput`; at
+    /// least one call of a user's a turn). Each call is bounded, but 400 of them pipelined
+    /// were handled in one go: uid 65534 flipping its own unit app above 5,000 cgroups (the
+    /// kernel's freeze and thaw of them, ~5 ms each) held root's `GetStatus` 0.7–1.8 s.
     static let turnLength: Int64 = 2_000_000
+    /// Counts passes (the outermost ones): what a user's loop time in a turn is counted in
+    /// (`UserAccount`).
+    var passNumber: UInt64 = 0
     /// How long a connection's answered input may stay in its socket once it is idle: long
     /// enough that a busy connection's is taken after its replies (a timer's take may find
     /// its client asleep for the next reply), short enough for a client that cannot send
@@ -261,6 +263,7 @@ public final class Daemon {
         // The pass's log records go out together when it ends (`Journal.holding`).
         let outermost = !Journal.holding
         Journal.holding = true
+        if outermost { passNumber &+= 1 }
         defer {
             if outermost {
                 Journal.flush()

@@ -91,7 +91,7 @@ extension Daemon {
             "tasks": .int(Int64(uid.map { model.taskCount(ownedBy: $0) } ?? model.taskCount)),
             "backgroundApps": .int(Int64(counts[.background, default: 0])),
             "suspendedApps": .int(Int64(counts[.suspended, default: 0])),
-            "connections": .int(Int64(uid.map { connectionsPerUID[$0, default: 0] } ?? connections.count)),
+            "connections": .int(Int64(uid.map { accounts[$0]?.connections ?? 0 } ?? connections.count)),
             "uptime": Wire.seconds(.nanoseconds(loop.now - startedAt)),
         ]
     }

@@ -16,7 +16,7 @@ import Varlink
         }
         let connection = Connection(id: ConnectionID(1), socket: FileDescriptor(fds[0]),
                                     credentials: PeerCredentials(pid: getpid(), uid: getuid(), gid: getgid(), groups: []),
-                                    peerPidfd: nil, maximumMessageBytes: 1 << 16, account: OutputAccount(), peeking: peeking)
+                                    peerPidfd: nil, maximumMessageBytes: 1 << 16, account: UserAccount(), peeking: peeking)
         return (connection, FileDescriptor(fds[1]))
     }
 

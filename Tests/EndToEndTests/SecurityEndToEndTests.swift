@@ -88,6 +88,42 @@ struct SecurityEndToEndTests {
         try waitUntil("its connection closed") { try daemon.manager("GetStatus")["connections"] == 1 }  // the asking one
     }
 
+    /// 2d: a turn is the user's, whatever its number of connections (`Daemon.processInput`),
+    /// and its connections share it: one passed over because another took the user's turn
+    /// keeps its place in line (`giveTurns`), and is not left waiting until the other is
+    /// done. Two of uid 65534's, pipelining 20,000 calls each at once: when either has all
+    /// its replies, the other has a quarter at least. (With the passed-over connection left
+    /// out of the line, it got 1 reply in 30 s.)
+    @Test func aUsersConnectionsShareItsTurns() throws {
+        let daemon = try TestDaemon()
+        let script = #"""
+        import json, select, socket, sys
+        path, n = sys.argv[1], int(sys.argv[2])
+        call = json.dumps({"method": "io.bgtaskd.App.GetTimeRemaining"}).encode() + b"\0"
+        sockets = [socket.socket(socket.AF_UNIX) for _ in range(2)]
+        for s in sockets: s.connect(path); s.setblocking(False)
+        unsent = {s: call * n for s in sockets}
+        replies = {s: 0 for s in sockets}
+        other = None  # the other's replies when the first had all of its own
+        while min(replies.values()) < n:
+            r, w, _ = select.select(sockets, [s for s in sockets if unsent[s]], [], 30.0)
+            if not r and not w: break
+            for s in w: unsent[s] = unsent[s][s.send(unsent[s][:65536]):]
+            for s in r:
+                chunk = s.recv(1 << 20)
+                if not chunk: replies[s] = n; continue
+                replies[s] += chunk.count(b"\0")
+                if other is None and replies[s] >= n: other = min(replies.values())
+        print(json.dumps({"replies": sorted(replies.values()), "other": other}), flush=True)
+        """#
+        let client = try Spawned("/usr/bin/setpriv", ["--reuid=\(Intruder.uid)", "--regid=\(Intruder.uid)", "--clear-groups",
+                                                     "/usr/bin/python3", "-c", script, daemon.socketPath, "20000"])
+        let done = try JSON.parse(try #require(try client.readLine(timeout: 60)))
+        #expect(done["replies"] == .array([20000, 20000]), "\(done.serialized)")
+        #expect((done["other"]?.intValue ?? 0) >= 5000, "\(done.serialized)")
+        #expect(try client.wait(timeout: 5) == 0)
+    }
+
     /// 3: per-user limits; root still acts when a user is at its limit; history shares.
     @Test func oneUserAtItsLimitsLocksNobodyOut() throws {
         let daemon = try TestDaemon(["MaxAppsPerUser=4", "MaxTasksPerUser=2"])
