@@ -34,7 +34,7 @@ final class EventThread: @unchecked Sendable {
     }
 
     /// Makes the thread look at its state again.
-    func wake() { _ = try? wakeWrite.write([1]) }
+    func wake() { _ = try? wakeWrite.writeFile([1]) }
 
     private func run(_ app: BackgroundApplication) {
         while let deadline = app.state.withLock({ $0.closed ? nil : Optional($0.client.nextDeadline) }) {

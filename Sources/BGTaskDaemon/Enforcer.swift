@@ -141,8 +141,11 @@ final class Enforcer {
         // set to be stopped with signals whose cgroups are more than a walk goes into (the
         // kernel's count, one read): a walk of them all cost uid 65534's unit above 5,000
         // empty cgroups it made ~150 ms per pass, and a bounded one would stop only some.
+        // Watched is enough: an app whose process has exited since its last event is frozen,
+        // and thawed when that exit is read (`forget`; its pidfd polls readable until then).
+        // A poll of the pidfd here was a second one per `SetAppState` (`watchedApp` polls it).
         if let unit = unit(app), mode != .signal || ((try? unit.descendantCount()) ?? 0) >= Self.cgroupsPerLook,
-           root(app)?.hasExited == false, case let .success(cgroup) = ownCgroup(of: app, uid: uid, tree: [], at: now) {
+           root(app) != nil, case let .success(cgroup) = ownCgroup(of: app, uid: uid, tree: [], at: now) {
             if mode == .signal {
                 log(.notice, "App \(app) (\(command)) has more than \(Self.cgroupsPerLook - 1) cgroups below \(cgroup.directory); frozen instead of stopped with SIGSTOP")
             }

@@ -275,7 +275,7 @@ public struct Cgroup: Equatable, Sendable {
     }
 
     private func write(_ value: String, to file: String, parents: CgroupParents? = nil) throws(Errno) {
-        _ = try open(file, O_WRONLY, parents: parents).write(Array(value.utf8))
+        _ = try open(file, O_WRONLY, parents: parents).writeFile(Array(value.utf8))
     }
 
     private func open(_ file: String, _ flags: Int32, parents: CgroupParents?) throws(Errno) -> FileDescriptor {

@@ -83,6 +83,18 @@ public final class FileDescriptor: @unchecked Sendable {
         return written.count
     }
 
+    /// Writes as much of `bytes` as a descriptor that is not a socket (a kernfs file, a pipe)
+    /// takes now; returns how much. `write(2)` alone: `write` tries `send` first, which such a
+    /// descriptor fails (`ENOTSOCK`), a system call for nothing at every cgroup freeze and
+    /// thaw (strace).
+    public func writeFile(_ bytes: [UInt8]) throws(Errno) -> Int {
+        while true {
+            let n = bytes.withUnsafeBufferPointer { Glibc.write(rawValue, $0.baseAddress, $0.count) }
+            if n >= 0 { return n }
+            if errno != EINTR { throw Errno(errno, "write") }
+        }
+    }
+
     /// Writes what a non-blocking descriptor takes now: `nil` when it takes nothing (`EAGAIN`).
     public func writeAvailable(_ bytes: ArraySlice<UInt8>) throws(Errno) -> Int? {
         // Concrete, for the daemon's replies: the generic one, unspecialized across modules,

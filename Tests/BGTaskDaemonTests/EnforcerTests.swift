@@ -371,6 +371,32 @@ import TestSupport
         try unit.end()
     }
 
+    /// A unit app whose own process exited after its last event was read is frozen whole, as
+    /// if it lived (the exit is not polled for again at each suspension), and thawed when its
+    /// exit is read (`forget`): what is left in its unit is not left frozen.
+    @Test(.enabled(if: Capabilities.cgroupsWritable, "needs a writable cgroup v2 hierarchy (root)"))
+    func aUnitAppWhoseProcessExitedUnreadIsThawedWhenItsExitIsRead() throws {
+        let rig = try Rig()
+        let cgroup = try makeCgroup("exited-unread")
+        defer {
+            // The test's own cgroup: what is left in it (its sleep), whatever the test did.
+            try? cgroup.setFrozen(false)
+            try? cgroup.kill()
+            try? waitUntil("the cgroup empty") { try cgroup.processes().isEmpty }
+            rmdir(cgroup.directory)
+        }
+        let shell = try shell(in: cgroup)
+        let app = try rig.app(shell)
+        rig.enforcer.adopt(app, unitPath: cgroup.path)
+        try shell.pidfd.send(signal: SIGKILL)  // the shell alone: its sleep stays in the unit
+        _ = try shell.wait(timeout: 5)
+        #expect(try cgroup.processes().count == 1)
+        rig.enforcer.suspend(app, uid: 0, command: "sh", mode: .auto, at: 5_000)
+        try waitUntil("frozen 1") { try cgroup.isFrozen() }
+        rig.enforcer.forget(app, at: 6_000)
+        try waitUntil("frozen 0") { try !cgroup.isFrozen() }
+    }
+
     /// One timer: the model's next deadline, whatever is in flight (the enforcement's waits
     /// are the model's); the Enforcer takes every instant from its caller.
     @Test func theDaemonArmsOneTimerAndTheEnforcerReadsNoClock() throws {
