@@ -112,12 +112,12 @@ let freezerSettings = ["GrantLatencyMinSec=0", "GrantLatencyMaxSec=0", "Backgrou
     _ = try daemon.manager("GetStatus")
     Thread.sleep(forTimeInterval: 0.5)
 
-    let cpuBefore = daemon.child.cpuNanoseconds
+    let cpuBefore = daemon.child.cpuNanoseconds, faultsBefore = daemon.child.minorFaults
     let background = try Pipeline(daemon.socketPath, frames("SetAppState", pids, ["state": "background"]))
     let frozenAt = try watched.await(frozen: true)
     round.cpuPerApp = Double(daemon.child.cpuNanoseconds - cpuBefore) / 1e3 / Double(count)
     if ProcessInfo.processInfo.environment["BENCH_DEBUG"] != nil {
-        say("debug: freeze window \(background.start) \(frozenAt) ns (monotonic)")
+        say("debug: freeze window \(background.start) \(frozenAt) ns (monotonic), \(daemon.child.minorFaults - faultsBefore) minor faults")
     }
     let foreground = try Pipeline(daemon.socketPath, frames("SetAppState", pids, ["state": "foreground"]))
     let thawedAt = try watched.await(frozen: false)

@@ -126,7 +126,6 @@ final class Child {
     /// wake-ups. (A kibibyte-scaled field: `status` multiplies by 1024, undone here.)
     var contextSwitches: Int { (status("voluntary_ctxt_switches:") + status("nonvoluntary_ctxt_switches:")) / 1024 }
 
-    /// User plus system CPU time in clock ticks (`/proc/PID/stat` fields 14 and 15).
     /// Nanoseconds its threads have run on a CPU (`/proc/PID/task/*/schedstat`, exact where
     /// `cpuTicks` counts 10 ms ticks): what a burst cost the daemon, whatever else ran.
     var cpuNanoseconds: Int64 {
@@ -137,11 +136,19 @@ final class Child {
         }
     }
 
-    var cpuTicks: Int {
+    /// User plus system CPU time in clock ticks (`/proc/PID/stat` fields 14 and 15).
+    var cpuTicks: Int { (statField(14) ?? 0) + (statField(15) ?? 0) }
+
+    /// Page faults that needed no I/O (`/proc/PID/stat` field 10): a page of a mapping
+    /// touched for the first time is one.
+    var minorFaults: Int { statField(10) ?? 0 }
+
+    /// Field `number` (from 1, as proc(5) counts) of `/proc/PID/stat`.
+    private func statField(_ number: Int) -> Int? {
         let text = (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)) ?? ""
-        guard let close = text.lastIndex(of: ")") else { return 0 }
+        guard let close = text.lastIndex(of: ")") else { return nil }
         let fields = text[text.index(after: close)...].split(separator: " ")
-        return (Int(fields[11]) ?? 0) + (Int(fields[12]) ?? 0)
+        return number - 3 < fields.count ? Int(fields[number - 3]) : nil
     }
 }
 
