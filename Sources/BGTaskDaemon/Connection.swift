@@ -51,7 +51,8 @@ final class Connection {
     /// A written-out buffer kept for the next replies (most connections need one, small).
     private var spare: [UInt8] = []
     private(set) var pendingOutputBytes = 0
-    /// What the connection's user has waiting in all its connections.
+    /// What the connection's user's connections share: their count, their unread output,
+    /// the loop time their calls took in the pass.
     let account: UserAccount
     /// Its input is peeked and taken from the socket only once its replies went out
     /// (`readInput`, `takeInput`): false where the kernel has no peek offset.
