@@ -51,17 +51,34 @@ import TestSupport
     }
 
     /// A shell in a cgroup of the test's own, adopted as a unit app and suspended at 5,000
-    /// (`auto`: frozen); `end()` resumes it, ends the shell and removes the cgroup.
-    struct UnitApp {
+    /// (`auto`: frozen); `end()` resumes it, ends the shell and removes the cgroup. A test
+    /// that fails before `end()` leaves nothing either: what is in the cgroup (the test's
+    /// own processes) is killed and the cgroup removed when the app goes (a failed run left
+    /// its cgroup behind).
+    final class UnitApp {
         let rig: Rig, cgroup: Cgroup, shell: Spawned, app: ProcessIdentity
+        private var ended = false
+
+        init(rig: Rig, cgroup: Cgroup, shell: Spawned, app: ProcessIdentity) {
+            (self.rig, self.cgroup, self.shell, self.app) = (rig, cgroup, shell, app)
+        }
+
+        deinit {
+            guard !ended else { return }
+            try? cgroup.setFrozen(false)
+            try? cgroup.kill()
+            try? waitUntil("the cgroup empty") { try cgroup.processes().isEmpty }
+            rmdir(cgroup.directory)
+        }
 
         func end() throws {
-            defer { rmdir(cgroup.directory) }
             rig.enforcer.resume(app, uid: 0, at: 6_000)
             try waitUntil("frozen 0") { try !cgroup.isFrozen() }
             shell.killTree()
             _ = try shell.wait(timeout: 5)
             try waitUntil("the cgroup empty") { try cgroup.processes().isEmpty }
+            rmdir(cgroup.directory)
+            ended = true
         }
     }
 
