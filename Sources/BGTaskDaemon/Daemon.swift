@@ -118,8 +118,9 @@ public final class Daemon {
     /// any more was taken, or left again later.
     var inputLeft: [(connection: Connection, at: Int64)] = []
     var inputLeftHead = 0
-    /// Connections whose pipelined calls used up their turn (`turnLength`), in the order
-    /// they did: each gets its next turn at the timer, after what else was ready.
+    /// Connections whose pipelined calls used up their turn (`turnLength`), or whose user's
+    /// calls used up its turn in the pass, in the order they did: each gets its next turn at
+    /// the timer, after what else was ready.
     var awaitingTurn: [Connection] = []
     /// The loop time after which a connection's pipelined calls wait for their next turn, and
     /// so do the calls of a user whose calls took that much of the pass (`processInput`; at

@@ -98,23 +98,13 @@ struct SecurityEndToEndTests {
         let daemon = try TestDaemon()
         let script = #"""
         import json, select, socket, sys
+        \#(UnprivilegedFloodTests.pipelinedAll)
         path, n = sys.argv[1], int(sys.argv[2])
         call = json.dumps({"method": "io.bgtaskd.App.GetTimeRemaining"}).encode() + b"\0"
         sockets = [socket.socket(socket.AF_UNIX) for _ in range(2)]
         for s in sockets: s.connect(path); s.setblocking(False)
-        unsent = {s: call * n for s in sockets}
-        replies = {s: 0 for s in sockets}
-        other = None  # the other's replies when the first had all of its own
-        while min(replies.values()) < n:
-            r, w, _ = select.select(sockets, [s for s in sockets if unsent[s]], [], 30.0)
-            if not r and not w: break
-            for s in w: unsent[s] = unsent[s][s.send(unsent[s][:65536]):]
-            for s in r:
-                chunk = s.recv(1 << 20)
-                if not chunk: replies[s] = n; continue
-                replies[s] += chunk.count(b"\0")
-                if other is None and replies[s] >= n: other = min(replies.values())
-        print(json.dumps({"replies": sorted(replies.values()), "other": other}), flush=True)
+        replies, _, other = pipelined_all(sockets, call * n, n, 30.0)
+        print(json.dumps({"replies": sorted(replies), "other": other}), flush=True)
         """#
         let client = try Spawned("/usr/bin/setpriv", ["--reuid=\(Intruder.uid)", "--regid=\(Intruder.uid)", "--clear-groups",
                                                      "/usr/bin/python3", "-c", script, daemon.socketPath, "20000"])

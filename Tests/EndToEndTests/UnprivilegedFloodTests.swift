@@ -75,6 +75,30 @@ struct UnprivilegedFloodTests {
         return replies, errors
     """#
 
+    /// Python: `pipelined` on each of `sockets` (non-blocking) at once, `data` (`count` calls)
+    /// on each; returns the replies each had (in order), how many were errors in all, and the
+    /// fewest replies any had when the first had all of its own.
+    static let pipelinedAll = #"""
+    def pipelined_all(sockets, data, count, timeout):
+        unsent = {s: data for s in sockets}
+        replies, bufs, ended = {s: 0 for s in sockets}, {s: b"" for s in sockets}, set()
+        errors, fewest = 0, None
+        def waiting(s): return s not in ended and replies[s] < count
+        while any(waiting(s) for s in sockets):
+            r, w, _ = select.select([s for s in sockets if waiting(s)], [s for s in sockets if unsent[s]], [], timeout)
+            if not r and not w: break
+            for s in w: unsent[s] = unsent[s][s.send(unsent[s][:65536]):]
+            for s in r:
+                chunk = s.recv(1 << 20)
+                if not chunk: ended.add(s); continue
+                bufs[s] += chunk
+                while b"\0" in bufs[s]:
+                    m, bufs[s] = bufs[s].split(b"\0", 1); replies[s] += 1
+                    if "error" in json.loads(m): errors += 1
+                if fewest is None and replies[s] >= count: fewest = min(replies.values())
+        return [replies[s] for s in sockets], errors, fewest
+    """#
+
     /// 2: one `Wake` payload was copied to every subscriber, so 250
 /// unread subscriptions of a user's own app grew the daemon from 12.7 MiB to 1,983 MiB in
 /// 7.6 s. Now an app has at most 8 subscriptions, an event's bytes are encoded once and
@@ -202,26 +226,15 @@ struct UnprivilegedFloodTests {
     /// each of `connections` connections at once (all connected first).
     static let flips = #"""
     import json, select, socket, sys
+    \#(pipelinedAll)
     path, pid, flips, connections = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     def msg(state):
         return json.dumps({"method": "io.bgtaskd.Manager.SetAppState", "parameters": {"pid": pid, "state": state}}).encode() + b"\0"
     sockets = []
     for _ in range(connections):
         s = socket.socket(socket.AF_UNIX); s.connect(path); s.setblocking(False); sockets.append(s)
-    unsent = {s: (msg("background") + msg("foreground")) * flips for s in sockets}
-    left = {s: 2 * flips for s in sockets}
-    replies, errors = 0, 0
-    while any(left.values()):
-        r, w, _ = select.select([s for s in sockets if left[s]], [s for s in sockets if unsent[s]], [], 60.0)
-        if not r and not w: break
-        for s in w: unsent[s] = unsent[s][s.send(unsent[s][:65536]):]
-        for s in r:
-            chunk = s.recv(1 << 20)
-            if not chunk: left[s] = 0; continue
-            for m in chunk.split(b"\0")[:-1]:
-                if b'"error"' in m: errors += 1
-            replies += chunk.count(b"\0"); left[s] -= chunk.count(b"\0")
-    print(json.dumps({"replies": replies, "errors": errors}), flush=True)
+    replies, errors, _ = pipelined_all(sockets, (msg("background") + msg("foreground")) * flips, 2 * flips, 60.0)
+    print(json.dumps({"replies": sum(replies), "errors": errors}), flush=True)
     """#
 
     @Test(arguments: [("flips.slice", 1, 200), ("flips.scope", 1, 200), ("flips.scope", 250, 2)])
