@@ -15,8 +15,9 @@ public enum Wait: Hashable, Sendable {
     case isolation(ProcessIdentity)
     /// The state file could not be written: try again.
     case stateRetry
-    /// The state log has grown past its bound: rewrite it, once calls have paused.
-    case stateRewrite
+    /// The state log's work left for when calls have paused: a rewrite once it has grown past
+    /// its bound, the page faults of its next appends (`StateFile.prepareRoom`).
+    case stateQuiet
     /// `STATUS=` for the service manager (at most one per interval).
     case status
 }

@@ -132,7 +132,7 @@ extension Daemon {
         case .stopCheck: enforcer.checkStops(at: loop.now)
         case let .isolation(app): checkScope(app)
         case .stateRetry: writeState()
-        case .stateRewrite: rewriteWhenQuiet()
+        case .stateQuiet: whenStateQuiet()
         case .status: sendStatus()
         }
     }

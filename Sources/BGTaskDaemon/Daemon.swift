@@ -55,7 +55,7 @@ public final class Daemon {
     var deferredSuspensions: Set<ProcessIdentity> = []
     /// A failed rewrite (no room for the copy) is not tried again before this.
     var nextRewriteAttempt: Int64 = 0
-    /// Whether the log is due for a rewrite (`rewriteWhenQuiet`).
+    /// Whether the log is due for a rewrite (`whenStateQuiet`).
     var rewriteDue = false
     /// When the log was last appended to.
     var lastStateWriteAt: Int64 = 0

@@ -135,6 +135,34 @@ final class StateFile {
     /// Whether the log is open: false until this daemon's first rewrite succeeds.
     var isOpen: Bool { log != nil }
 
+    /// The room kept prepared past the log's text (`MappedLog.prepare`): as much as the last
+    /// run of appends between two pauses took (a screen lock's is much like the one before),
+    /// and no less than the whole state at the last rewrite (a burst that changes every app
+    /// once, a deadline burst's, appends 2–3 times that). At least 256 KiB, at most 32 MiB.
+    private var roomWanted = 256 << 10
+    private var wholeAtRewrite = 0
+    /// The log's length when the room was last prepared.
+    private var lengthAtPrepare = 0
+    static let roomBounds = (256 << 10)...(32 << 20)
+
+    /// Whether the room prepared has fallen below half of what is wanted (`prepareRoom`).
+    var needsRoom: Bool { log.map { $0.prepared < roomWanted / 2 } ?? false }
+
+    /// Prepares the room wanted past the log's text: the page faults of the next appends,
+    /// taken now. With no room on the file system for it, nothing is prepared until the next
+    /// rewrite (appends go on into the room there is, faulting as before).
+    func prepareRoom() {
+        guard let log else { return }
+        let run = max(0, log.length - lengthAtPrepare)
+        roomWanted = min(max(run, wholeAtRewrite, Self.roomBounds.lowerBound), Self.roomBounds.upperBound)
+        lengthAtPrepare = log.length
+        do {
+            try log.prepare(ahead: roomWanted)
+        } catch {
+            roomWanted = 0
+        }
+    }
+
     /// Whether something recorded is still to be flushed.
     var hasPendingRecords: Bool { !pending.isEmpty }
 
@@ -292,7 +320,7 @@ final class StateFile {
     }
 
     /// Whether the log has grown to twice the size at which a rewrite falls due: then it is
-    /// rewritten even while calls go on (`Daemon.rewriteWhenQuiet`).
+    /// rewritten even while calls go on (`Daemon.whenStateQuiet`).
     func isOverdue(liveRecords: Int) -> Bool { linesSinceRewrite > 2 * Self.rewriteLines(liveRecords) }
 
     /// Lines appended since the last rewrite at which the next one falls due.
@@ -332,6 +360,9 @@ final class StateFile {
         linesSinceRewrite = 0
         log = nil
         log = try MappedLog(file: file, length: whole.count)
+        wholeAtRewrite = whole.count
+        lengthAtPrepare = whole.count
+        roomWanted = min(max(whole.count, Self.roomBounds.lowerBound), Self.roomBounds.upperBound)
     }
 
     // MARK: Encoding

@@ -10,6 +10,10 @@ import Glibc
 /// `append`, never a `SIGBUS` on a store into a page the file system could not provide. The
 /// file is longer than what was appended: the rest is zeros, and a reader stops at the
 /// first NUL (`StateDirectory.readLines`).
+///
+/// A page of the mapping costs a page fault the first time it is written (2–10 µs on these
+/// machines, zeroing included): `prepare(ahead:)` takes those faults in one go, ahead of the
+/// appends, at a moment the owner chooses (the daemon's: once calls have paused).
 public final class MappedLog {
     private let file: FileDescriptor
     private var base: UnsafeMutableRawPointer?
@@ -17,6 +21,9 @@ public final class MappedLog {
     public private(set) var length: Int
     /// Bytes reserved and mapped.
     private var capacity = 0
+    /// Bytes from the start of the mapping whose pages are in it already: appends below
+    /// this cost no page fault.
+    private var populated = 0
     /// The least reserved at once; growth is by a quarter of the log, up to `maximumGrowth`.
     static let minimumGrowth = 64 << 10
     static let maximumGrowth = 8 << 20
@@ -40,9 +47,32 @@ public final class MappedLog {
         length += bytes.count
     }
 
+    /// Bytes past the text that appends can fill without a page fault.
+    public var prepared: Int { max(0, populated - length) }
+
+    /// Makes room for `ahead` more bytes past the text, and takes the page faults of all of it
+    /// now (`MADV_POPULATE_WRITE`, Linux 5.14; else by writing a zero to each page, which
+    /// holds a zero already). The text is not changed. `ENOSPC`: no room for it (the log is
+    /// as it was, and appends go on into whatever room there was).
+    public func prepare(ahead: Int) throws(Errno) {
+        if length + ahead > capacity { try reserve(ahead) }
+        let page = Self.pageSize
+        let start = max(populated, length / page * page)
+        let end = min(capacity, (length + ahead + page - 1) / page * page)
+        guard end > start, let base else { return }
+        if madvise(base + start, end - start, MADV_POPULATE_WRITE) != 0 {
+            for offset in stride(from: start, to: end, by: page) where offset >= length {
+                (base + offset).storeBytes(of: 0, as: UInt8.self)
+            }
+        }
+        populated = end
+    }
+
+    private static let pageSize = Int(sysconf(Int32(_SC_PAGESIZE)))
+
     /// Makes room for `needed` more bytes past `length`, and maps all of it.
     private func reserve(_ needed: Int) throws(Errno) {
-        let page = Int(sysconf(Int32(_SC_PAGESIZE)))
+        let page = Self.pageSize
         let growth = min(Self.maximumGrowth, max(Self.minimumGrowth, length / 4))
         let wanted = (length + needed + growth + page - 1) / page * page
         guard wanted > capacity else { return }
@@ -53,5 +83,6 @@ public final class MappedLog {
         if let base { munmap(base, capacity) }
         base = mapped
         capacity = wanted
+        populated = 0  // a new mapping: no page of it is in yet
     }
 }
