@@ -207,7 +207,7 @@ func frames(_ method: String, _ pids: [Int32], _ parameters: [String: JSON]) -> 
     // stop hundreds later: the sweeps (a CPU's worth while thousands are left) start after
     // the first warnings went out, not beside them.
     sleepUntil(background.start + budget - warning - 10_000_000)
-    let deadlineCPUBefore = daemon.child.cpuNanoseconds
+    let deadlineCPUBefore = daemon.child.cpuNanoseconds, deadlineFaultsBefore = daemon.child.minorFaults
     let stops = ChildEvents.await(pids, notBefore: background.start + budget - warning + 20_000_000)
     let deadlineCPUPerApp = Double(daemon.child.cpuNanoseconds - deadlineCPUBefore) / 1e3 / Double(count)
     // The daemon handles a pipelined burst a batch per pass, every call of a batch at the
@@ -230,7 +230,7 @@ func frames(_ method: String, _ pids: [Int32], _ parameters: [String: JSON]) -> 
     let lastStop = stops.values.max()!
     if ProcessInfo.processInfo.environment["BENCH_DEBUG"] != nil {
         let times = warned.map { Double($0.2 - firstDue) / 1e6 }.sorted()
-        say("debug: window \(firstDue) \(lastStop) ns (monotonic)")
+        say("debug: window \(firstDue) \(lastStop) ns (monotonic), \(daemon.child.minorFaults - deadlineFaultsBefore) minor faults")
         say("debug: first reply +\(Double(background.replies.min()! - background.start) / 1e6) ms; warnings \(times.count), first +\(times.first ?? -1), 100th +\(times.count > 99 ? times[99] : -1), last +\(times.last ?? -1)")
         let events = monitor.events()
         say("debug: events \(events.count): " + Dictionary(grouping: events, by: { $0.0 }).map { "\($0.key)=\($0.value.count)" }.joined(separator: " "))
@@ -250,12 +250,12 @@ func frames(_ method: String, _ pids: [Int32], _ parameters: [String: JSON]) -> 
     let baselineContinue = Double(baselineContinues.values.max()! - continueLoop.start) / 1e6
 
     // 3. Sent to the background in one burst: idle now, each is suspended at once.
-    let cpuBefore = daemon.child.cpuNanoseconds
+    let cpuBefore = daemon.child.cpuNanoseconds, faultsBefore = daemon.child.minorFaults
     let second = try Pipeline(daemon.socketPath, frames("SetAppState", pids, ["state": "background"]))
     let burstStops = ChildEvents.await(pids)
     let cpuPerApp = Double(daemon.child.cpuNanoseconds - cpuBefore) / 1e3 / Double(count)
     if ProcessInfo.processInfo.environment["BENCH_DEBUG"] != nil {
-        say("debug: background window \(second.start) \(burstStops.values.max()!) ns (monotonic)")
+        say("debug: background window \(second.start) \(burstStops.values.max()!) ns (monotonic), \(daemon.child.minorFaults - faultsBefore) minor faults")
     }
     let resumed = try Pipeline(daemon.socketPath, frames("SetAppState", pids, ["state": "foreground"]))
     let burstContinues = ChildEvents.await(pids, continued: true)
