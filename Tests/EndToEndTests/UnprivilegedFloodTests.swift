@@ -17,7 +17,7 @@ struct UnprivilegedFloodTests {
     /// 3–5 times slower and ASan keeps what is freed in quarantine (the subscriber flood frees
     /// gigabytes' worth on the old code, tens of megabytes now): 1 s and 1 GiB there, still
     /// far below what the floods did before (42 s; 2 GiB).
-    static let sanitized = getenv("ASAN_OPTIONS") != nil || getenv("TSAN_OPTIONS") != nil
+    static let sanitized = Capabilities.sanitized
     let floodLatencyBound: Double = sanitized ? 1000 : 100
     let floodGrowthBoundKiB = sanitized ? 1024 * 1024 : 64 * 1024
 

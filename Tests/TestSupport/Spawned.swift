@@ -179,6 +179,9 @@ public func processTree(of root: Pidfd) -> [ProcStat] {
 
 /// What this machine lets a test do, checked once.
 public enum Capabilities {
+    /// Built with a sanitizer: `make sanitize` (scripts/sanitize) sets these for the run.
+    public static let sanitized = getenv("ASAN_OPTIONS") != nil || getenv("TSAN_OPTIONS") != nil
+
     /// A cgroup v2 hierarchy the test may create cgroups in (root).
     public static let cgroupsWritable: Bool = {
         guard let root = Cgroup.mountPoint else { return false }
