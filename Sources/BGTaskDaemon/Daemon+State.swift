@@ -82,7 +82,8 @@ extension Daemon {
                 rewriteDue = true
             }
             lastStateWriteAt = loop.now
-            if rewriteDue || stateFile.needsRoom, !model.isScheduled(.stateQuiet) {
+            if !stateQuietArmed, rewriteDue || stateFile.needsRoom {
+                stateQuietArmed = true
                 model.schedule(.stateQuiet, at: Instant(nanoseconds: loop.now + Self.rewriteQuiet))
                 armTimer(at: loop.now + Self.rewriteQuiet)
             }
@@ -112,9 +113,11 @@ extension Daemon {
     ///   log's fresh pages, ~1,100 of them, 3–8 % of the daemon's time) are taken here in one
     ///   go. Under a load that never pauses they are not: appends fault as they go.
     func whenStateQuiet() {
+        stateQuietArmed = false
         guard rewriteDue || stateFile.needsRoom else { return }
         let quiet = loop.now - lastStateWriteAt >= Self.rewriteQuiet
         if !quiet, !(rewriteDue && stateFile.isOverdue(liveRecords: liveRecords)) {
+            stateQuietArmed = true
             model.schedule(.stateQuiet, at: Instant(nanoseconds: lastStateWriteAt + Self.rewriteQuiet))
             return
         }

@@ -57,6 +57,9 @@ public final class Daemon {
     var nextRewriteAttempt: Int64 = 0
     /// Whether the log is due for a rewrite (`whenStateQuiet`).
     var rewriteDue = false
+    /// Whether `Wait.stateQuiet` is scheduled (a flag, not the model's table: this is asked
+    /// on every pass that writes).
+    var stateQuietArmed = false
     /// When the log was last appended to.
     var lastStateWriteAt: Int64 = 0
     var rewriteDelay: Int64 = 0

@@ -138,12 +138,13 @@ final class StateFile {
     /// The room kept prepared past the log's text (`MappedLog.prepare`): as much as the last
     /// run of appends between two pauses took (a screen lock's is much like the one before),
     /// and no less than the whole state at the last rewrite (a burst that changes every app
-    /// once, a deadline burst's, appends 2–3 times that). At least 256 KiB, at most 32 MiB.
+    /// once, a deadline burst's, appends 2–3 times that). At least 256 KiB, at most 8 MiB (the
+    /// most `MappedLog` reserves ahead at a growth: the log's memory stays within what it was).
     private var roomWanted = 256 << 10
     private var wholeAtRewrite = 0
     /// The log's length when the room was last prepared.
     private var lengthAtPrepare = 0
-    static let roomBounds = (256 << 10)...(32 << 20)
+    static let roomBounds = (256 << 10)...(8 << 20)
 
     /// Whether the room prepared has fallen below half of what is wanted (`prepareRoom`).
     var needsRoom: Bool { log.map { $0.prepared < roomWanted / 2 } ?? false }
