@@ -145,6 +145,7 @@ final class StateFile {
     /// The log's length when the room was last prepared.
     private var lengthAtPrepare = 0
     static let roomBounds = (256 << 10)...(8 << 20)
+    private static func room(_ bytes: Int) -> Int { min(max(bytes, roomBounds.lowerBound), roomBounds.upperBound) }
 
     /// Whether the room prepared has fallen below half of what is wanted (`prepareRoom`).
     var needsRoom: Bool { log.map { $0.prepared < roomWanted / 2 } ?? false }
@@ -155,7 +156,7 @@ final class StateFile {
     func prepareRoom() {
         guard let log else { return }
         let run = max(0, log.length - lengthAtPrepare)
-        roomWanted = min(max(run, wholeAtRewrite, Self.roomBounds.lowerBound), Self.roomBounds.upperBound)
+        roomWanted = Self.room(max(run, wholeAtRewrite))
         lengthAtPrepare = log.length
         do {
             try log.prepare(ahead: roomWanted)
@@ -363,7 +364,7 @@ final class StateFile {
         log = try MappedLog(file: file, length: whole.count)
         wholeAtRewrite = whole.count
         lengthAtPrepare = whole.count
-        roomWanted = min(max(whole.count, Self.roomBounds.lowerBound), Self.roomBounds.upperBound)
+        roomWanted = Self.room(whole.count)
     }
 
     // MARK: Encoding
