@@ -125,9 +125,19 @@ extension Daemon {
             rewriteDue = false
             rewriteState()
         }
-        // After an overdue rewrite under load, the next append schedules this again.
-        if quiet { stateFile.prepareRoom() }
+        // After an overdue rewrite under load, the next append schedules this again. The room
+        // is prepared a slice per pass: a call arriving meanwhile waits for one slice (8 MiB
+        // at once held the loop 4.8–9.6 ms here), and an append ends the pause.
+        if quiet, stateFile.prepareRoom(slice: Self.roomSlice) {
+            stateQuietArmed = true
+            model.schedule(.stateQuiet, at: Instant(nanoseconds: loop.now + 1))
+            armTimer(at: loop.now + 1)
+        }
     }
+
+    /// The room prepared per pass (`whenStateQuiet`): 256 pages, ~0.7 ms here on a tmpfs
+    /// (~0.3 ms reserving them, ~0.4 ms bringing them into the mapping).
+    static let roomSlice = 1 << 20
 
     /// A failed rewrite (no room for a copy) costs nothing more: the log it would replace is
     /// whole, and appending goes on. It is tried again after a growing delay, never per call.

@@ -147,22 +147,33 @@ final class StateFile {
     static let roomBounds = (256 << 10)...(8 << 20)
     private static func room(_ bytes: Int) -> Int { min(max(bytes, roomBounds.lowerBound), roomBounds.upperBound) }
 
-    /// Whether the room prepared has fallen below half of what is wanted (`prepareRoom`).
-    var needsRoom: Bool { log.map { $0.prepared < roomWanted / 2 } ?? false }
+    /// Whether the room prepared has fallen below half of what is wanted, or a preparation
+    /// is under way (`prepareRoom`).
+    var needsRoom: Bool { preparing || log.map { $0.prepared < roomWanted / 2 } ?? false }
+    /// Whether a preparation has more slices to go (its `roomWanted` is set).
+    private var preparing = false
 
     /// Prepares the room wanted past the log's text: the page faults of the next appends,
-    /// taken now. With no room on the file system for it, nothing is prepared until the next
-    /// rewrite (appends go on into the room there is, faulting as before).
-    func prepareRoom() {
-        guard let log else { return }
-        let run = max(0, log.length - lengthAtPrepare)
-        roomWanted = Self.room(max(run, wholeAtRewrite))
-        lengthAtPrepare = log.length
+    /// taken now, at most `slice` bytes of them per call; returns whether more is left (the
+    /// caller goes on in a later pass, so that a call arriving meanwhile waits for one slice,
+    /// not for megabytes). With no room on the file system for it, nothing is prepared until
+    /// the next rewrite (appends go on into the room there is, faulting as before).
+    @discardableResult
+    func prepareRoom(slice: Int = .max) -> Bool {
+        guard let log else { return false }
+        if !preparing {
+            let run = max(0, log.length - lengthAtPrepare)
+            roomWanted = Self.room(max(run, wholeAtRewrite))
+            lengthAtPrepare = log.length
+        }
         do {
-            try log.prepare(ahead: roomWanted)
+            try log.prepare(ahead: roomWanted, atMost: slice)
+            preparing = log.prepared < roomWanted
         } catch {
             roomWanted = 0
+            preparing = false
         }
+        return preparing
     }
 
     /// Whether something recorded is still to be flushed.
@@ -365,6 +376,7 @@ final class StateFile {
         wholeAtRewrite = whole.count
         lengthAtPrepare = whole.count
         roomWanted = Self.room(whole.count)
+        preparing = false
     }
 
     // MARK: Encoding

@@ -65,4 +65,43 @@ import Testing
         #expect(bytes.count >= log.length + 512 << 10)
         #expect(bytes[log.length...].allSatisfy { $0 == 0 })
     }
+
+    @Test func aPreparationInSlicesTakesAtMostASliceAtATime() throws {
+        let (log, path) = try freshLog()
+        defer { unlink(path) }
+        let page = Int(sysconf(Int32(_SC_PAGESIZE)))
+        var slices = 0
+        while log.prepared < 1 << 20 {
+            let before = log.prepared
+            try log.prepare(ahead: 1 << 20, atMost: 256 << 10)
+            #expect(log.prepared > before)
+            #expect(log.prepared - before <= 256 << 10)
+            slices += 1
+            try #require(slices <= 8, "\(log.prepared) bytes prepared after \(slices) slices")
+        }
+        #expect(slices == 4)
+        // Less than a page is still a page's progress; done is done.
+        try log.prepare(ahead: (1 << 20) + 1, atMost: 1)
+        #expect(log.prepared == (1 << 20) + page)
+        try log.prepare(ahead: 1 << 20, atMost: 256 << 10)
+        #expect(log.prepared == (1 << 20) + page)
+        if !Capabilities.sanitized { #expect(try faultsAppending(1 << 20, to: log) == 0) }
+    }
+
+    /// Past the window of address space first mapped (64 MiB), the log is mapped anew: the
+    /// text is kept, and appends go on into the room.
+    @Test func growingPastTheWindowMapsTheLogAnew() throws {
+        let (log, path) = try freshLog()
+        defer { unlink(path) }
+        let text = Array("one line\n".utf8)
+        try text.withUnsafeBytes { try log.append($0) }
+        try log.prepare(ahead: 72 << 20)
+        #expect(log.prepared >= 72 << 20)
+        try text.withUnsafeBytes { try log.append($0) }
+        var st = stat()
+        #expect(stat(path, &st) == 0 && st.st_size >= 72 << 20)
+        let bytes = try readFile(path, limit: 64 << 10)
+        #expect(Array(bytes.prefix(2 * text.count)) == text + text)
+        #expect(bytes[(2 * text.count)...].allSatisfy { $0 == 0 })
+    }
 }

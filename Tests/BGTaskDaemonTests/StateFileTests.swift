@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: Apache-2.0
+@testable import BGTaskCore
+@testable import BGTaskDaemon
+import BGTaskSystem
+import Glibc
+import TestSupport
+import Testing
+
+/// `StateFile.prepareRoom(slice:)`: the room past the log's text prepared a slice per call,
+/// the room wanted fixed when a preparation begins.
+@Suite struct StateFileTests {
+    /// A state file with its first log written (the whole, empty state: the least room
+    /// wanted, 256 KiB), in a fresh directory on /dev/shm (a tmpfs, as /run is).
+    private func freshStateFile() throws -> (StateFile, String) {
+        let path = "/dev/shm/bgtaskd-statefile-test-\(getpid())-\(UInt64.random(in: 0...UInt64.max))"
+        let file = StateFile(directory: try StateDirectory(path: path))
+        try file.rewrite(SavedState(), history: [])
+        return (file, path)
+    }
+
+    private func remove(_ path: String) {
+        for name in [StateFile.fileName, "bgtaskd.lock"] { unlink(path + "/" + name) }
+        rmdir(path)
+    }
+
+    @Test func theRoomIsPreparedASliceAtATimeUntilItIsAllThere() throws {
+        let (file, path) = try freshStateFile()
+        defer { remove(path) }
+        #expect(file.needsRoom)
+        var more: [Bool] = []
+        while more.last != false {
+            more.append(file.prepareRoom(slice: 64 << 10))
+            #expect(file.needsRoom == more.last)
+            try #require(more.count <= 8, "still preparing after \(more.count) slices")
+        }
+        // 256 KiB (the least room) in 64 KiB slices; the log's header shares the first page.
+        #expect(more == [true, true, true, true, false] || more == [true, true, true, false])
+        #expect(!file.prepareRoom(slice: 64 << 10))
+    }
+
+    @Test func aRewriteEndsAPreparationUnderWay() throws {
+        let (file, path) = try freshStateFile()
+        defer { remove(path) }
+        #expect(file.prepareRoom(slice: 64 << 10))
+        try file.rewrite(SavedState(), history: [])
+        // A new file: its room is wanted afresh (none of it is prepared), and prepared whole.
+        #expect(file.needsRoom)
+        #expect(!file.prepareRoom())
+        #expect(!file.needsRoom)
+    }
+}
