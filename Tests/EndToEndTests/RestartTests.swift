@@ -246,20 +246,37 @@ import Varlink
     /// as many as the run appended, come into the daemon's mapping (a slice alone: under
     /// half of them); then a second run of 1,000 pairs takes fewer page faults in the daemon,
     /// log and all, than a fifth of the pages it appends (each one a fault unprepared).
+    ///
+    /// The first run must not pause: 100 ms between two of its calls and the daemon prepares
+    /// there, for the run so far. Beside the other suites on a loaded machine it can (the
+    /// client is not the only one on the CPUs): such a run is not measured, and another daemon
+    /// tries again, three times at most.
     @Test(.disabled(if: Capabilities.sanitized, "a sanitizer's shadow memory faults beside the log's pages"))
     func aPauseAfterARunOfAppendsPreparesItsPagesForTheNext() throws {
+        for _ in 1...3 { if try Self.preparationMeasured() { return } }
+        Issue.record("three first runs each paused 80 ms or more between two calls: nothing measured")
+    }
+
+    /// One try of the test above; false if the first run paused.
+    private static func preparationMeasured() throws -> Bool {
         let daemon = try TestDaemon(["GrantLatencyMinSec=0", "GrantLatencyMaxSec=0", "MaxTasksPerApp=10000"])
         let app = try daemon.connect()
         let first = try Self.writtenStateInode(daemon)
         let long = String(repeating: "a task with a long name, ", count: 8)
         let start = try Self.stateTextBytes(daemon)
-        var last: Int64 = 0
-        for round in 0..<5_000 { last = try app.call("io.bgtaskd.App.BeginTask", ["name": .string("\(long)\(round)")])["taskId"]!.intValue! }
+        var last: Int64 = 0, answered = Clock.monotonicNanoseconds(), longestGap: Int64 = 0
+        for round in 0..<5_000 {
+            last = try app.call("io.bgtaskd.App.BeginTask", ["name": .string("\(long)\(round)")])["taskId"]!.intValue!
+            let now = Clock.monotonicNanoseconds()
+            longestGap = max(longestGap, now - answered)
+            answered = now
+        }
         // One ended, and 5,000 of them: the second run's pairs then hold no more tasks at
         // once than the first did, and their entries in the model's age queue fit the room
         // the first run left it (after 4,000 the queue's storage doubled in the second run:
         // 16 page faults of its own).
         _ = try app.call("io.bgtaskd.App.EndTask", ["taskId": .int(last)])
+        guard longestGap < 80_000_000 else { return false }
         let text = try Self.stateTextBytes(daemon)
         let pages = (text - start) / 4096
         try #require(pages > 2 * 256, "\(pages) pages appended: not more than two slices (Daemon.roomSlice: 1 MiB)")
@@ -277,6 +294,7 @@ import Varlink
         let taken = try Self.pageFaults(daemon) - before
         try #require(Self.stateInode(daemon) == first, "rewritten: the runs are not one log's")
         #expect(taken < appended / 4096 / 5, "\(taken) page faults for \(appended / 4096) pages appended")
+        return true
     }
 
     @Test func aSecondDaemonOnTheSameStateIsRefusedAndABadFileIsSetAside() throws {
