@@ -84,17 +84,25 @@ final class FreezerEvents {
 }
 
 /// One round of the freezer bursts, its own daemon's and the C loop's, one after the other.
-struct FreezerRound {
-    var background = 0.0, foreground = 0.0, baselineFreeze = 0.0, baselineThaw = 0.0
+/// One round of a burst bench in turns: the daemon's burst to the background and back, and
+/// the C loop's over the same apps (`baseline`, `baselineBack`), in milliseconds; `names`
+/// are the baselines' JSON keys (what the loop did: stop/continue, freeze/thaw).
+struct BurstRound {
+    let names: (String, String)
+    var background = 0.0, foreground = 0.0, baseline = 0.0, baselineBack = 0.0
     var cpuPerApp = 0.0
     var errors = 0
-    var ratio: Double { background / baselineFreeze }
+    init(baselines names: (String, String)) { self.names = names }
+    var ratio: Double { background / baseline }
     var json: JSON {
         .object(["backgroundMilliseconds": .double(background), "foregroundMilliseconds": .double(foreground),
-                 "baselineFreezeMilliseconds": .double(baselineFreeze), "baselineThawMilliseconds": .double(baselineThaw),
+                 "baseline\(names.0)Milliseconds": .double(baseline), "baseline\(names.1)Milliseconds": .double(baselineBack),
                  "daemonCPUMicrosecondsPerApp": .double(cpuPerApp), "ratio": .double(ratio)])
     }
 }
+
+/// The middle value of an odd count (`Summary`'s p50).
+func median(_ values: [Double]) -> Double { Summary(values).p50 }
 
 /// The daemon's settings for the freezer bursts.
 let freezerSettings = ["GrantLatencyMinSec=0", "GrantLatencyMaxSec=0", "BackgroundTimeSec=1h", "TransitionTimeoutSec=1h",
@@ -104,10 +112,10 @@ let freezerSettings = ["GrantLatencyMinSec=0", "GrantLatencyMaxSec=0", "Backgrou
 /// first SetAppState), then backgrounds them in one burst and foregrounds them in another;
 /// stopped, it leaves the same cgroups to the C loop, which freezes and thaws them.
 @MainActor func freezerRound(_ daemon: BenchDaemon, pids: [Int32], directories: [String],
-                             watched: FreezerEvents) throws -> FreezerRound {
+                             watched: FreezerEvents) throws -> BurstRound {
     defer { daemon.stop() }  // thaws what it froze
     let count = pids.count
-    var round = FreezerRound()
+    var round = BurstRound(baselines: ("Freeze", "Thaw"))
     _ = try Pipeline(daemon.socketPath, frames("SetAppState", pids, ["state": "foreground"]))
     _ = try daemon.manager("GetStatus")
     Thread.sleep(forTimeInterval: 0.5)
@@ -133,8 +141,8 @@ let freezerSettings = ["GrantLatencyMinSec=0", "GrantLatencyMaxSec=0", "Backgrou
 
     round.background = Double(frozenAt - background.start) / 1e6
     round.foreground = Double(thawedAt - foreground.start) / 1e6
-    round.baselineFreeze = Double(baselineFrozenAt - freeze.start) / 1e6
-    round.baselineThaw = Double(baselineThawedAt - thaw.start) / 1e6
+    round.baseline = Double(baselineFrozenAt - freeze.start) / 1e6
+    round.baselineBack = Double(baselineThawedAt - thaw.start) / 1e6
     round.errors = background.errors + foreground.errors
     return round
 }
@@ -176,7 +184,7 @@ let freezerSettings = ["GrantLatencyMinSec=0", "GrantLatencyMaxSec=0", "Backgrou
     // Rounds in turns, each a daemon of its own and then the C loop: a burst lasts half a
     // second, and this machine's spells of other work (a kernel thread taking a quarter of
     // its CPU time for a while, `perf`) fall on one side of a single pair as often as not.
-    var rounds: [FreezerRound] = []
+    var rounds: [BurstRound] = []
     for _ in 0..<freezerRounds {
         let daemon = try BenchDaemon(freezerSettings)
         rounds.append(try freezerRound(daemon, pids: pids, directories: directories, watched: watched))
@@ -188,11 +196,9 @@ let freezerSettings = ["GrantLatencyMinSec=0", "GrantLatencyMaxSec=0", "Backgrou
     _ = try watched.await(frozen: false)
     unfreeze.process.stop()
 
-    // Medians: `Summary`'s p50 of an odd count is its middle value.
-    func median(_ values: [Double]) -> Double { Summary(values).p50 }
     let backgroundMs = median(rounds.map(\.background)), foregroundMs = median(rounds.map(\.foreground))
-    let baselineFreeze = median(rounds.map(\.baselineFreeze)), baselineThaw = median(rounds.map(\.baselineThaw))
-    let ratio = median(rounds.map(\.ratio)), thawRatio = median(rounds.map { $0.foreground / $0.baselineThaw })
+    let baselineFreeze = median(rounds.map(\.baseline)), baselineThaw = median(rounds.map(\.baselineBack))
+    let ratio = median(rounds.map(\.ratio)), thawRatio = median(rounds.map { $0.foreground / $0.baselineBack })
     let cpuPerApp = median(rounds.map(\.cpuPerApp))
     let openingFreeze = Double(openingFrozenAt - opening.start) / 1e6
     let errors = rounds.map(\.errors).reduce(0, +)
