@@ -82,11 +82,7 @@ extension Daemon {
                 rewriteDue = true
             }
             lastStateWriteAt = loop.now
-            if !stateQuietArmed, rewriteDue || stateFile.needsRoom {
-                stateQuietArmed = true
-                model.schedule(.stateQuiet, at: Instant(nanoseconds: loop.now + Self.rewriteQuiet))
-                armTimer(at: loop.now + Self.rewriteQuiet)
-            }
+            if !stateQuietArmed, rewriteDue || stateFile.needsRoom { armStateQuiet(at: loop.now + Self.rewriteQuiet) }
             if !stateWritable { stateWriteRecovered() }
         } catch {
             stateWriteFailed(error)
@@ -117,8 +113,7 @@ extension Daemon {
         guard rewriteDue || stateFile.needsRoom else { return }
         let quiet = loop.now - lastStateWriteAt >= Self.rewriteQuiet
         if !quiet, !(rewriteDue && stateFile.isOverdue(liveRecords: liveRecords)) {
-            stateQuietArmed = true
-            model.schedule(.stateQuiet, at: Instant(nanoseconds: lastStateWriteAt + Self.rewriteQuiet))
+            armStateQuiet(at: lastStateWriteAt + Self.rewriteQuiet)
             return
         }
         if rewriteDue {
@@ -128,11 +123,15 @@ extension Daemon {
         // After an overdue rewrite under load, the next append schedules this again. The room
         // is prepared a slice per pass: a call arriving meanwhile waits for one slice (8 MiB
         // at once held the loop 4.8–9.6 ms here), and an append ends the pause.
-        if quiet, stateFile.prepareRoom(slice: Self.roomSlice) {
-            stateQuietArmed = true
-            model.schedule(.stateQuiet, at: Instant(nanoseconds: loop.now + 1))
-            armTimer(at: loop.now + 1)
-        }
+        if quiet, stateFile.prepareRoom(slice: Self.roomSlice) { armStateQuiet(at: loop.now + 1) }
+    }
+
+    /// Schedules `whenStateQuiet` at `instant` and notes that it is (`stateQuietArmed`); the
+    /// timer is armed here too, since a state write comes after the pass's `endPass`.
+    private func armStateQuiet(at instant: Int64) {
+        stateQuietArmed = true
+        model.schedule(.stateQuiet, at: Instant(nanoseconds: instant))
+        armTimer(at: instant)
     }
 
     /// The room prepared per pass (`whenStateQuiet`): 256 pages, ~0.7 ms here on a tmpfs
