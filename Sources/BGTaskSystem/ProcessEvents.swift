@@ -56,10 +56,30 @@ public final class ProcessEvents {
             switch bgtask_proc_event(buffer.baseAddress, length, &first, &second) {
             case 1: events.append(.fork(parent: first, child: second))
             case 2: events.append(.exit(first))
-            default: break
+            default: skipped += 1
             }
         }
         return events
+    }
+
+    /// Datagrams read that were neither a process's fork nor its exit (an exec, a thread's
+    /// creation or exit, an id change): the socket's filter drops those in the kernel, so
+    /// this stays 0 where the filter could be attached.
+    public private(set) var skipped = 0
+
+    /// Whether the kernel sends this socket the events (it does from `open()`).
+    public private(set) var isListening = true
+
+    /// Stops or starts again the events. Stopped, the socket receives nothing and, when no
+    /// other socket listens, the kernel makes no event at all: a daemon following no process
+    /// is not woken by every fork and exit on the machine. Started, every event made after
+    /// this returns is received. What was queued before a stop is dropped with it.
+    public func listen(_ listening: Bool) throws(Errno) {
+        guard listening != isListening else { return }
+        let result = bgtask_proc_events_listen(descriptor.rawValue, listening ? 1 : 0)
+        guard result == 0 else { throw Errno(-result, listening ? "process-events connector: listen" : "process-events connector: ignore") }
+        isListening = listening
+        if !listening { while recv(descriptor.rawValue, buffer.baseAddress, buffer.count, 0) > 0 {} }
     }
 
     public func close() { descriptor.close() }

@@ -59,13 +59,12 @@ static inline int bgtask_wtermsig(int status) { return WTERMSIG(status); }
 #include <linux/cn_proc.h>
 #include <errno.h>
 #include <string.h>
-static inline int bgtask_proc_events_open(int receive_buffer_bytes) {
-    int fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, NETLINK_CONNECTOR);
-    if (fd < 0) return -errno;
-    /* As root, beyond rmem_max: a burst of forks must not overflow it. Best effort. */
-    (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &receive_buffer_bytes, sizeof(receive_buffer_bytes));
-    struct sockaddr_nl address = { .nl_family = AF_NETLINK, .nl_groups = CN_IDX_PROC, .nl_pid = 0 };
-    if (bind(fd, (struct sockaddr *)&address, sizeof(address)) < 0) { int e = errno; close(fd); return -e; }
+#ifndef SOL_NETLINK
+#define SOL_NETLINK 270
+#endif
+/* Asks the kernel to send the events (PROC_CN_MCAST_LISTEN) or to stop (IGNORE): while no
+ * socket listens, the kernel makes no event at all. */
+static inline int bgtask_proc_events_op(int fd, enum proc_cn_mcast_op op) {
     struct {
         struct nlmsghdr header;
         struct cn_msg message __attribute__((packed));
@@ -78,9 +77,65 @@ static inline int bgtask_proc_events_open(int receive_buffer_bytes) {
     request.message.id.idx = CN_IDX_PROC;
     request.message.id.val = CN_VAL_PROC;
     request.message.len = sizeof(enum proc_cn_mcast_op);
-    request.op = PROC_CN_MCAST_LISTEN;
-    if (send(fd, &request, sizeof(request), 0) < 0) { int e = errno; close(fd); return -e; }
+    request.op = op;
+    return send(fd, &request, sizeof(request), 0) < 0 ? -errno : 0;
+}
+#include <linux/filter.h>
+#include <arpa/inet.h>
+#include <stddef.h>
+/* Offsets in a datagram of the connector: its netlink header, the cn_msg, the proc_event. */
+#define BGTASK_PROC_EVENT(field) (NLMSG_HDRLEN + sizeof(struct cn_msg) + offsetof(struct proc_event, field))
+/* A socket filter that lets through only what bgtask_proc_event reads: a process's fork
+ * (child_pid = child_tgid) and a process's exit (process_pid = process_tgid). Execs, renames,
+ * id changes and every thread's creation and exit are dropped in the kernel, before they
+ * wake the reader. Loads are big-endian in classic BPF: constants go through htonl, and
+ * fields are compared with each other. Returns 0 or -errno. */
+static inline int bgtask_proc_events_filter(int fd) {
+    struct sock_filter code[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, BGTASK_PROC_EVENT(what)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, htonl(PROC_EVENT_FORK), 0, 4),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, BGTASK_PROC_EVENT(event_data.fork.child_tgid)),
+        BPF_STMT(BPF_MISC | BPF_TAX, 0),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, BGTASK_PROC_EVENT(event_data.fork.child_pid)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_X, 0, 5, 6),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, htonl(PROC_EVENT_EXIT), 0, 5),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, BGTASK_PROC_EVENT(event_data.exit.process_tgid)),
+        BPF_STMT(BPF_MISC | BPF_TAX, 0),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, BGTASK_PROC_EVENT(event_data.exit.process_pid)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_X, 0, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, 0xffffffff),
+        BPF_STMT(BPF_RET | BPF_K, 0),
+    };
+    struct sock_fprog program = { .len = sizeof(code) / sizeof(code[0]), .filter = code };
+    return setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &program, sizeof(program)) < 0 ? -errno : 0;
+}
+static inline int bgtask_proc_events_open(int receive_buffer_bytes) {
+    int fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, NETLINK_CONNECTOR);
+    if (fd < 0) return -errno;
+    /* Best effort: without it every event is read, and those left out above are skipped. */
+    (void)bgtask_proc_events_filter(fd);
+    /* As root, beyond rmem_max: a burst of forks must not overflow it. Best effort. */
+    (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &receive_buffer_bytes, sizeof(receive_buffer_bytes));
+    struct sockaddr_nl address = { .nl_family = AF_NETLINK, .nl_groups = CN_IDX_PROC, .nl_pid = 0 };
+    if (bind(fd, (struct sockaddr *)&address, sizeof(address)) < 0) { int e = errno; close(fd); return -e; }
+    int r = bgtask_proc_events_op(fd, PROC_CN_MCAST_LISTEN);
+    if (r < 0) { close(fd); return r; }
     return fd;
+}
+/* Stops (listen = 0) or starts again (1) the events of a socket from bgtask_proc_events_open.
+ * Stopping leaves the multicast group (on every kernel the socket then receives nothing; the
+ * LISTEN/IGNORE count alone does not stop the group's delivery before Linux 6.6) after telling
+ * the kernel to stop; starting joins the group before telling it to start, so no event made
+ * after this returns is missed. Returns 0 or -errno. */
+static inline int bgtask_proc_events_listen(int fd, int listen) {
+    int group = CN_IDX_PROC;
+    if (listen) {
+        if (setsockopt(fd, SOL_NETLINK, NETLINK_ADD_MEMBERSHIP, &group, sizeof(group)) < 0) return -errno;
+        return bgtask_proc_events_op(fd, PROC_CN_MCAST_LISTEN);
+    }
+    int r = bgtask_proc_events_op(fd, PROC_CN_MCAST_IGNORE);
+    if (r < 0) return r;
+    return setsockopt(fd, SOL_NETLINK, NETLINK_DROP_MEMBERSHIP, &group, sizeof(group)) < 0 ? -errno : 0;
 }
 
 #include <linux/rtnetlink.h>

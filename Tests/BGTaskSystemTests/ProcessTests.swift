@@ -281,6 +281,29 @@ import TestSupport
     }
 }
 
+extension ProcessEventsTests {
+    /// Only what the tracker reads reaches the socket: a process that starts threads, renames
+    /// itself and execs makes thread creations and exits, a comm and an exec event, and none
+    /// of them is read; its own fork and exit are.
+    @Test(.enabled(if: getuid() == 0, "needs CAP_NET_ADMIN (root) to subscribe to the process-events connector"))
+    func threadsExecsAndRenamesAreDroppedBeforeTheyAreRead() throws {
+        let events = try ProcessEvents.open()
+        defer { events.close() }
+        let script = "import os, threading\n"
+            + "ts = [threading.Thread(target=lambda: None) for _ in range(8)]\n"
+            + "[t.start() for t in ts]; [t.join() for t in ts]\n"
+            + "open('/proc/self/comm', 'w').write('renamed')\n"
+            + "os.execv('/bin/true', ['true'])\n"
+        let child = try Spawned("/usr/bin/python3", ["-c", script])
+        var seen: [ProcessEvents.Event] = []
+        try waitUntil("the exec'ing process's exit reported") {
+            seen += try events.read()
+            return seen.contains(.exit(child.pid))
+        }
+        #expect(events.skipped == 0, "\(events.skipped) datagrams other than a process's fork or exit were read")
+    }
+}
+
 /// Whether the running kernel is at least `major.minor` (uname's release).
 func kernelAtLeast(_ major: Int, _ minor: Int) -> Bool {
     var name = utsname()

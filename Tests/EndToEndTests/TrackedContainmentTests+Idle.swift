@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: Apache-2.0
+import BGTaskSystem
+import Glibc
+import Testing
+import TestSupport
+
+/// What the process-events connector costs a daemon that has nothing to follow.
+extension TrackedContainmentTests {
+    /// The kernel's process events are asked for only while a process app is followed: a
+    /// daemon with none is not woken by the processes the machine starts (each one woke it
+    /// three times before, ~47 µs of its CPU), one with an app is, and once the app is gone
+    /// it is not again.
+    @Test(.enabled(if: getuid() == 0 && Host.inInitialNamespaces,
+                   "needs CAP_NET_ADMIN in the initial namespaces for the process-events connector"))
+    func processesElsewhereWakeTheDaemonOnlyWhileAProcessAppIsFollowed() throws {
+        let daemon = try TestDaemon()
+        /// The daemon's wake-ups (voluntary context switches) while `count` processes run and
+        /// exit one after the other, between two calls (a call's own: its connection's accept,
+        /// read and close, a handful).
+        func wakeUps(startingProcesses count: Int) throws -> Int {
+            _ = try daemon.apps()
+            let before = try Self.voluntarySwitches(of: daemon.process.pid)
+            for _ in 0..<count {
+                let process = try Spawned("/bin/true", [])
+                _ = try process.wait(timeout: 10)
+            }
+            _ = try daemon.apps()
+            return try Self.voluntarySwitches(of: daemon.process.pid) - before
+        }
+        let idle = try wakeUps(startingProcesses: 100)
+        #expect(idle < 20, "\(idle) wake-ups for 100 processes of no app's, no app followed")
+
+        let probe = try daemon.probe()
+        try probe.call("remaining")  // registers the app: a process app, followed
+        let following = try wakeUps(startingProcesses: 100)
+        #expect(following >= 50, "\(following) wake-ups for 100 processes' forks and exits, an app followed")
+
+        try probe.send("exit 0")
+        try waitUntil("the app forgotten") { try daemon.apps().isEmpty }
+        let after = try wakeUps(startingProcesses: 100)
+        #expect(after < 20, "\(after) wake-ups for 100 processes of no app's, the app gone")
+    }
+
+    /// `voluntary_ctxt_switches` of `pid` (its waits for something to do).
+    static func voluntarySwitches(of pid: Int32) throws -> Int {
+        let status = String(decoding: try readFile("/proc/\(pid)/status"), as: UTF8.self)
+        guard let line = status.split(separator: "\n").first(where: { $0.hasPrefix("voluntary_ctxt_switches:") }),
+              let count = Int(line.split(separator: "\t").last ?? "") else { throw TestFailure("no voluntary_ctxt_switches for \(pid)") }
+        return count
+    }
+}
