@@ -144,7 +144,8 @@ public final class Daemon {
     var statusPending = false
     var lastStatusSent: Int64 = 0
     static let statusInterval: Int64 = 250_000_000
-    var lastStatus = ""
+    /// What the last `STATUS=` said (`nil`: none yet).
+    var lastStatusCounts: StatusCounts?
     /// Whether a service manager listens for `STATUS=` (else it is not even formatted).
     let notifying = Host.environment("NOTIFY_SOCKET") != nil
     /// Debug records (every task begun and ended) only with `SYSTEMD_LOG_LEVEL=debug`.
@@ -297,10 +298,12 @@ public final class Daemon {
     /// The end of a pass: keep `STATUS=` current, settle what is due now, arm the one timer
     /// at the model's next deadline (the daemon's waits are among them: `Wait`).
     func endPass(at now: Instant) {
-        if notifying, !statusPending {
+        if notifying, !statusPending, statusCounts != lastStatusCounts {
             statusPending = true
             // At most one STATUS= per interval: counts change with every call, and a datagram
-            // per call would cost more than the call.
+            // per call would cost more than the call. Only when they changed: scheduled after
+            // every pass, the status wait's own pass scheduled the next, and a daemon under
+            // systemd woke 4 times a second for ever once it had served a call.
             model.schedule(.status, at: Instant(nanoseconds: max(now.nanoseconds, lastStatusSent + Self.statusInterval)))
         }
         var next = inPlace { $0.nextDeadline() }

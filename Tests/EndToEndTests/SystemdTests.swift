@@ -66,6 +66,40 @@ import TestSupport
         #expect(messages[ready...].filter { $0.contains("WATCHDOG=1") }.count >= 4, "\(messages)")
     }
 
+    /// `STATUS=` follows what changed, and only that: once the counts it shows are sent, the
+    /// daemon sleeps (the status wait's own pass used to schedule the next one: 4 wake-ups a
+    /// second, for ever, under a service manager once a call had been served).
+    @Test func statusFollowsTheCountsAndThenTheDaemonSleeps() throws {
+        var template = Array("/tmp/bgtaskd-notify-XXXXXX".utf8CString)
+        guard let made = mkdtemp(&template) else { throw Errno.current("mkdtemp") }
+        let directory = String(cString: made)
+        defer {
+            unlink(directory + "/notify")
+            rmdir(directory)
+        }
+        let notify = try UnixSocket.bindDatagram(path: directory + "/notify")
+        let daemon = try TestDaemon(environment: ["NOTIFY_SOCKET=\(directory)/notify"])
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        func awaitStatus(_ text: String) throws {
+            try waitUntil("STATUS= saying \(text)") {
+                while try notify.waitReadable(timeoutMilliseconds: 10) {
+                    let count = recv(notify.rawValue, &buffer, buffer.count, 0)
+                    if count > 0, String(decoding: buffer[..<count], as: UTF8.self).contains("STATUS=\(text)") { return true }
+                }
+                return false
+            }
+        }
+        let probe = try daemon.probe()
+        try probe.call("remaining")  // an app: the counts change
+        try awaitStatus("1 apps")
+        try probe.send("exit 0")  // and back, so that no app's process events wake the daemon below
+        try awaitStatus("0 apps")
+        let before = try TrackedContainmentTests.voluntarySwitches(of: daemon.process.pid)
+        usleep(1_000_000)  // the measurement: a second with nothing to do
+        let wakeUps = try TrackedContainmentTests.voluntarySwitches(of: daemon.process.pid) - before
+        #expect(wakeUps <= 1, "\(wakeUps) wake-ups in a second with nothing to do")
+    }
+
     @Test(.enabled(if: releaseBuilt && haveAnalyze, "needs make release, systemd-analyze and man (make check does both)"))
     func unitsVerifyWithoutAWord() throws {
         let prefix = try Self.installedPrefix()
