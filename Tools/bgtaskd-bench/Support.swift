@@ -111,20 +111,21 @@ final class Child {
     }
 
     /// Resident memory in bytes (`VmRSS`).
-    var residentBytes: Int { status("VmRSS:") }
+    var residentBytes: Int { status("VmRSS:") * 1024 }
 
     /// Resident shared memory in bytes (`RssShmem`): the daemon's mapped state log.
-    var sharedMemoryBytes: Int { status("RssShmem:") }
+    var sharedMemoryBytes: Int { status("RssShmem:") * 1024 }
 
     private func status(_ field: String) -> Int {
         let text = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? ""
         let line = text.split(separator: "\n").first { $0.hasPrefix(field) } ?? ""
-        return (Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0) * 1024
+        return Int(line.split(whereSeparator: { $0 == " " || $0 == "\t" }).dropFirst().first ?? "") ?? 0
     }
 
     /// Times the daemon was scheduled (voluntary and involuntary context switches): its
-    /// wake-ups. (A kibibyte-scaled field: `status` multiplies by 1024, undone here.)
-    var contextSwitches: Int { (status("voluntary_ctxt_switches:") + status("nonvoluntary_ctxt_switches:")) / 1024 }
+    /// wake-ups. (The fields are tab-separated: split on spaces alone, as this was until the
+    /// twenty-third round, it read 0 whatever the count.)
+    var contextSwitches: Int { status("voluntary_ctxt_switches:") + status("nonvoluntary_ctxt_switches:") }
 
     /// Nanoseconds its threads have run on a CPU (`/proc/PID/task/*/schedstat`, exact where
     /// `cpuTicks` counts 10 ms ticks): what a burst cost the daemon, whatever else ran.

@@ -214,8 +214,19 @@ if sections.contains("idle") {
     let ticksBefore = idleDaemon.child.cpuTicks
     Thread.sleep(forTimeInterval: idleSeconds)  // the measurement itself: time with nothing to do
     let idleTicks = idleDaemon.child.cpuTicks - ticksBefore
-    results["idle"] = .object(["seconds": .double(idleSeconds), "cpuTicks": .int(Int64(idleTicks))])
     row("idle CPU over \(format(idleSeconds, 0))s (clock ticks)", "\(idleTicks)", "", check(Double(idleTicks), "≤", 0, key: "idleTicks", ratio: false))
+    // Processes started elsewhere on the machine, one after the other, while the daemon
+    // follows no app: the kernel's events for them reach it only while it follows a
+    // process app (until the twenty-third round each one's fork, exec and exit woke it).
+    let elsewhere = quick ? 100 : 500
+    let switchesBefore = idleDaemon.child.contextSwitches, cpuBefore = idleDaemon.child.cpuNanoseconds
+    for _ in 0..<elsewhere { _ = try Subprocess.wait(pid: try Child(["/bin/true"]).pid) }
+    let elsewhereWakeups = idleDaemon.child.contextSwitches - switchesBefore
+    let elsewhereCPU = Double(idleDaemon.child.cpuNanoseconds - cpuBefore) / 1e3
+    results["idle"] = .object(["seconds": .double(idleSeconds), "cpuTicks": .int(Int64(idleTicks)),
+                               "processesElsewhere": .int(Int64(elsewhere)), "processesElsewhereWakeups": .int(Int64(elsewhereWakeups)),
+                               "processesElsewhereCPUMicroseconds": .double(elsewhereCPU)])
+    row("idle, \(elsewhere) processes started elsewhere: wake-ups", "\(elsewhereWakeups) (\(format(elsewhereCPU, 0)) µs CPU)", "", "")
     idleDaemon.stop()
 }
 
