@@ -14,9 +14,7 @@ import Varlink
         var main: String { directory + "/bgtaskd.conf" }
 
         init() throws {
-            var template = Array("/tmp/bgtaskd-config-XXXXXX".utf8CString)
-            guard let made = mkdtemp(&template) else { throw Errno.current("mkdtemp") }
-            directory = String(cString: made)
+            directory = try temporaryDirectory("bgtaskd-config")
             mkdir(main + ".d", 0o755)
         }
 

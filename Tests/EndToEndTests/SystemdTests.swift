@@ -29,9 +29,7 @@ import TestSupport
 
     /// `make install-files` into a fresh prefix (units then name real binaries there).
     static func installedPrefix() throws -> String {
-        var template = Array("/tmp/bgtaskd-prefix-XXXXXX".utf8CString)
-        guard let made = mkdtemp(&template) else { throw Errno.current("mkdtemp") }
-        let prefix = String(cString: made)
+        let prefix = try temporaryDirectory("bgtaskd-prefix")
         let (code, output) = try run(["/usr/bin/make", "-s", "-C", repository, "install-files", "PREFIX=\(prefix)",
                                       "SYSCONFDIR=\(prefix)/etc"])
         guard code == 0 else { throw TestFailure("make install-files failed: \(output)") }
@@ -42,24 +40,14 @@ import TestSupport
     /// `WATCHDOG=1` from the loop at about half of `WATCHDOG_USEC` while it serves calls
     /// (sd-event, which sends them, is turned only when its own descriptor is ready).
     @Test func theLoopPingsTheWatchdogWhileItServes() throws {
-        var template = Array("/tmp/bgtaskd-notify-XXXXXX".utf8CString)
-        guard let made = mkdtemp(&template) else { throw Errno.current("mkdtemp") }
-        let directory = String(cString: made)
-        defer {
-            unlink(directory + "/notify")
-            rmdir(directory)
-        }
-        let notify = try UnixSocket.bindDatagram(path: directory + "/notify")
-        let daemon = try TestDaemon(environment: ["NOTIFY_SOCKET=\(directory)/notify", "WATCHDOG_USEC=200000"])
+        let notify = try NotifyListener()
+        let daemon = try TestDaemon(environment: ["NOTIFY_SOCKET=\(notify.path)", "WATCHDOG_USEC=200000"])
         let app = try daemon.connect()
         var messages: [String] = []
-        var buffer = [UInt8](repeating: 0, count: 4096)
         let deadline = Clock.monotonicNanoseconds() + 5_000_000_000
         while messages.filter({ $0.contains("WATCHDOG=1") }).count < 6, Clock.monotonicNanoseconds() < deadline {
             _ = try app.call("io.bgtaskd.App.GetTimeRemaining")  // the loop busy between pings
-            guard try notify.waitReadable(timeoutMilliseconds: 10) else { continue }
-            let count = recv(notify.rawValue, &buffer, buffer.count, 0)
-            if count > 0 { messages.append(String(decoding: buffer[..<count], as: UTF8.self)) }
+            messages += try notify.messages()
         }
         // (sd-event pings once when the watchdog is enabled, before READY=1.)
         let ready = try #require(messages.firstIndex { $0.hasPrefix("READY=1") }, "\(messages)")
@@ -70,24 +58,10 @@ import TestSupport
     /// daemon sleeps (the status wait's own pass used to schedule the next one: 4 wake-ups a
     /// second, for ever, under a service manager once a call had been served).
     @Test func statusFollowsTheCountsAndThenTheDaemonSleeps() throws {
-        var template = Array("/tmp/bgtaskd-notify-XXXXXX".utf8CString)
-        guard let made = mkdtemp(&template) else { throw Errno.current("mkdtemp") }
-        let directory = String(cString: made)
-        defer {
-            unlink(directory + "/notify")
-            rmdir(directory)
-        }
-        let notify = try UnixSocket.bindDatagram(path: directory + "/notify")
-        let daemon = try TestDaemon(environment: ["NOTIFY_SOCKET=\(directory)/notify"])
-        var buffer = [UInt8](repeating: 0, count: 4096)
+        let notify = try NotifyListener()
+        let daemon = try TestDaemon(environment: ["NOTIFY_SOCKET=\(notify.path)"])
         func awaitStatus(_ text: String) throws {
-            try waitUntil("STATUS= saying \(text)") {
-                while try notify.waitReadable(timeoutMilliseconds: 10) {
-                    let count = recv(notify.rawValue, &buffer, buffer.count, 0)
-                    if count > 0, String(decoding: buffer[..<count], as: UTF8.self).contains("STATUS=\(text)") { return true }
-                }
-                return false
-            }
+            try waitUntil("STATUS= saying \(text)") { try notify.messages().contains { $0.contains("STATUS=\(text)") } }
         }
         let probe = try daemon.probe()
         try probe.call("remaining")  // an app: the counts change
@@ -148,5 +122,34 @@ import TestSupport
             #expect(lines.contains("ok \(check)"), "\(check): \(lines.first { $0.contains(" \(check)") } ?? "missing")")
         }
         #expect(code == 0 && lines.last == "done", "\(output)")
+    }
+}
+
+/// A service manager's notification socket (`NOTIFY_SOCKET`), without one: a datagram socket
+/// in a directory of its own, removed with it.
+final class NotifyListener {
+    let directory: String
+    let socket: FileDescriptor
+    var path: String { directory + "/notify" }
+
+    init() throws {
+        directory = try temporaryDirectory("bgtaskd-notify")
+        socket = try UnixSocket.bindDatagram(path: directory + "/notify")
+    }
+
+    deinit {
+        unlink(path)
+        rmdir(directory)
+    }
+
+    /// The messages that arrive within `milliseconds` of each other, each whole.
+    func messages(waitingMilliseconds milliseconds: Int32 = 10) throws -> [String] {
+        var messages: [String] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while try socket.waitReadable(timeoutMilliseconds: milliseconds) {
+            let count = recv(socket.rawValue, &buffer, buffer.count, 0)
+            if count > 0 { messages.append(String(decoding: buffer[..<count], as: UTF8.self)) }
+        }
+        return messages
     }
 }

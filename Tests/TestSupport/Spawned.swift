@@ -231,3 +231,10 @@ public enum Capabilities {
 
     private static let recycling = DispatchSemaphore(value: 1)
 }
+
+/// A new directory `/tmp/PREFIX-XXXXXX` (mkdtemp(3)), mode 0700; the caller removes it.
+public func temporaryDirectory(_ prefix: String) throws -> String {
+    var template = Array("/tmp/\(prefix)-XXXXXX".utf8CString)
+    guard let made = mkdtemp(&template) else { throw Errno.current("mkdtemp") }
+    return String(cString: made)
+}
