@@ -55,8 +55,9 @@ import TestSupport
     }
 
     /// `STATUS=` follows what changed, and only that: once the counts it shows are sent, the
-    /// daemon sleeps (the status wait's own pass used to schedule the next one: 4 wake-ups a
-    /// second, for ever, under a service manager once a call had been served).
+    /// daemon sleeps with nothing timed (the status wait's own pass used to schedule the next
+    /// one: its timer was armed again 250 ms on at every wake-up, 4 a second, for ever, under
+    /// a service manager once a call had been served).
     @Test func statusFollowsTheCountsAndThenTheDaemonSleeps() throws {
         let notify = try NotifyListener()
         let daemon = try TestDaemon(environment: ["NOTIFY_SOCKET=\(notify.path)"])
@@ -68,10 +69,22 @@ import TestSupport
         try awaitStatus("1 apps")
         try probe.send("exit 0")  // and back, so that no app's process events wake the daemon below
         try awaitStatus("0 apps")
-        let before = try TrackedContainmentTests.voluntarySwitches(of: daemon.process.pid)
-        usleep(1_000_000)  // the measurement: a second with nothing to do
-        let wakeUps = try TrackedContainmentTests.voluntarySwitches(of: daemon.process.pid) - before
-        #expect(wakeUps <= 1, "\(wakeUps) wake-ups in a second with nothing to do")
+        try waitUntil("the daemon asleep with no timer armed") { try Self.asleepWithNothingTimed(daemon.process.pid) }
+    }
+
+    /// Whether `pid` was seen asleep (`S`), its timerfds all disarmed (`it_value: (0, 0)` in
+    /// `/proc/PID/fdinfo`), without a wake-up in between (the same voluntary context switches
+    /// before and after). A daemon that re-arms its timer at every wake-up is never seen so:
+    /// asleep, its timer is armed; between the expiry and the re-arm it is awake.
+    static func asleepWithNothingTimed(_ pid: Int32) throws -> Bool {
+        let switches = try TrackedContainmentTests.voluntarySwitches(of: pid)
+        guard try ProcStat.read(pid: pid).state == "S" else { return false }
+        for entry in ProcessTree.directoryNames("/proc/\(pid)/fdinfo") {
+            let text = String(decoding: (try? readFile("/proc/\(pid)/fdinfo/\(entry)")) ?? [], as: UTF8.self)
+            if let value = text.split(separator: "\n").first(where: { $0.hasPrefix("it_value:") }),
+               !value.hasSuffix("(0, 0)") { return false }
+        }
+        return try ProcStat.read(pid: pid).state == "S" && TrackedContainmentTests.voluntarySwitches(of: pid) == switches
     }
 
     @Test(.enabled(if: releaseBuilt && haveAnalyze, "needs make release, systemd-analyze and man (make check does both)"))
