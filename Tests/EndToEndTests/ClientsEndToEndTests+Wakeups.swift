@@ -155,11 +155,7 @@ extension ClientsEndToEndTests {
         }
     }
 
-    static func voluntarySwitches() -> Int {
-        let status = (try? String(contentsOfFile: "/proc/thread-self/status", encoding: .utf8)) ?? ""
-        let line = status.split(separator: "\n").first { $0.hasPrefix("voluntary_ctxt_switches:") }
-        return line.flatMap { Int($0.split(separator: "\t").last ?? "") } ?? -1
-    }
+    static func voluntarySwitches() -> Int { (try? EndToEndTests.voluntarySwitches("/proc/thread-self/status")) ?? -1 }
 
     /// Bytes this end sent that the peer has not taken. `ioctl(SIOCOUTQ)`
     static func unread(_ socket: FileDescriptor) -> Int {

@@ -77,14 +77,14 @@ import TestSupport
     /// before and after). A daemon that re-arms its timer at every wake-up is never seen so:
     /// asleep, its timer is armed; between the expiry and the re-arm it is awake.
     static func asleepWithNothingTimed(_ pid: Int32) throws -> Bool {
-        let switches = try TrackedContainmentTests.voluntarySwitches(of: pid)
+        let switches = try voluntarySwitches(of: pid)
         guard try ProcStat.read(pid: pid).state == "S" else { return false }
         for entry in ProcessTree.directoryNames("/proc/\(pid)/fdinfo") {
             let text = String(decoding: (try? readFile("/proc/\(pid)/fdinfo/\(entry)")) ?? [], as: UTF8.self)
             if let value = text.split(separator: "\n").first(where: { $0.hasPrefix("it_value:") }),
                !value.hasSuffix("(0, 0)") { return false }
         }
-        return try ProcStat.read(pid: pid).state == "S" && TrackedContainmentTests.voluntarySwitches(of: pid) == switches
+        return try ProcStat.read(pid: pid).state == "S" && voluntarySwitches(of: pid) == switches
     }
 
     @Test(.enabled(if: releaseBuilt && haveAnalyze, "needs make release, systemd-analyze and man (make check does both)"))

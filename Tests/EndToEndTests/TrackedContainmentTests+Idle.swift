@@ -19,13 +19,13 @@ extension TrackedContainmentTests {
         /// read and close, a handful).
         func wakeUps(startingProcesses count: Int) throws -> Int {
             _ = try daemon.apps()
-            let before = try Self.voluntarySwitches(of: daemon.process.pid)
+            let before = try voluntarySwitches(of: daemon.process.pid)
             for _ in 0..<count {
                 let process = try Spawned("/bin/true", [])
                 _ = try process.wait(timeout: 10)
             }
             _ = try daemon.apps()
-            return try Self.voluntarySwitches(of: daemon.process.pid) - before
+            return try voluntarySwitches(of: daemon.process.pid) - before
         }
         let idle = try wakeUps(startingProcesses: 100)
         #expect(idle < 20, "\(idle) wake-ups for 100 processes of no app's, no app followed")
@@ -39,13 +39,5 @@ extension TrackedContainmentTests {
         try waitUntil("the app forgotten") { try daemon.apps().isEmpty }
         let after = try wakeUps(startingProcesses: 100)
         #expect(after < 20, "\(after) wake-ups for 100 processes of no app's, the app gone")
-    }
-
-    /// `voluntary_ctxt_switches` of `pid` (its waits for something to do).
-    static func voluntarySwitches(of pid: Int32) throws -> Int {
-        let status = String(decoding: try readFile("/proc/\(pid)/status"), as: UTF8.self)
-        guard let line = status.split(separator: "\n").first(where: { $0.hasPrefix("voluntary_ctxt_switches:") }),
-              let count = Int(line.split(separator: "\t").last ?? "") else { throw TestFailure("no voluntary_ctxt_switches for \(pid)") }
-        return count
     }
 }

@@ -182,6 +182,18 @@ func cpuTicks(_ pid: Int32) throws -> Int {
     return Int(fields[11])! + Int(fields[12])!
 }
 
+/// `voluntary_ctxt_switches` of a `status` file (`/proc/PID/status`, `/proc/thread-self/status`):
+/// the times that process or thread went to sleep, waiting for something to do.
+func voluntarySwitches(_ status: String) throws -> Int {
+    let text = String(decoding: try readFile(status), as: UTF8.self)
+    guard let line = text.split(separator: "\n").first(where: { $0.hasPrefix("voluntary_ctxt_switches:") }),
+          let count = Int(line.split(separator: "\t").last ?? "") else { throw TestFailure("no voluntary_ctxt_switches in \(status)") }
+    return count
+}
+
+/// The same of process `pid`.
+func voluntarySwitches(of pid: Int32) throws -> Int { try voluntarySwitches("/proc/\(pid)/status") }
+
 /// `/proc/PID/status` VmRSS in KiB.
 func residentKiB(_ pid: Int32) throws -> Int {
     let status = String(decoding: try readFile("/proc/\(pid)/status"), as: UTF8.self)
