@@ -8,8 +8,8 @@ import TestSupport
 extension TrackedContainmentTests {
     /// The kernel's process events are asked for only while a process app is followed: a
     /// daemon with none is not woken by the processes the machine starts (each one woke it
-    /// three times before, ~47 µs of its CPU), one with an app is, and once the app is gone
-    /// it is not again.
+    /// three times before, ~47 µs of its CPU), one with an app (here uid 65534's) is, and once
+    /// the app is gone it is not again.
     @Test(.enabled(if: getuid() == 0 && Host.inInitialNamespaces,
                    "needs CAP_NET_ADMIN in the initial namespaces for the process-events connector"))
     func processesElsewhereWakeTheDaemonOnlyWhileAProcessAppIsFollowed() throws {
@@ -30,7 +30,10 @@ extension TrackedContainmentTests {
         let idle = try wakeUps(startingProcesses: 100)
         #expect(idle < 20, "\(idle) wake-ups for 100 processes of no app's, no app followed")
 
-        let probe = try daemon.probe()
+        // An unprivileged user's app: registering it is all it takes to make the daemon listen,
+        // and its end is all it takes to stop it.
+        let probe = try Probe(process: try Spawned("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups",
+                                                                         Binaries.path("bgtask-probe"), "--socket", daemon.socketPath]))
         try probe.call("remaining")  // registers the app: a process app, followed
         let following = try wakeUps(startingProcesses: 100)
         #expect(following >= 50, "\(following) wake-ups for 100 processes' forks and exits, an app followed")
