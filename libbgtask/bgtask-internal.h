@@ -67,6 +67,7 @@ struct bgtask_app {
     unsigned n_ref;
     char *socket_path;
     int epoll_fd, timer_fd;
+    uint64_t timer_armed;  /* the deadline the timer is set to; 0: none (arm_timer) */
     int subscription_fd, call_fd, send_fd;
     buffer subscription_in, send_in, send_out;
     uint64_t timeout_usec;

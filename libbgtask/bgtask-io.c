@@ -70,7 +70,10 @@ int flush_out(int fd, buffer *b) {
     return 0;
 }
 
-/* Reads what is there into `b`; 0 if more may come, -ECONNRESET at the end, -errno. */
+/* Reads what is there into `b`; 0 if more may come, -ECONNRESET at the end, -errno. A
+ * read shorter than asked took all the socket held (a stream socket's read copies every
+ * queued byte up to the size asked): no second read to hear EAGAIN, and the caller's wait
+ * (poll, level-triggered epoll) says when more comes. */
 int read_available(int fd, buffer *b) {
     char chunk[65536];
     for (;;) {
@@ -79,6 +82,7 @@ int read_available(int fd, buffer *b) {
         if (n < 0) return errno == EAGAIN || errno == EINTR ? 0 : -errno;
         if (b->length + (size_t)n > MAX_MESSAGE * 2) return -EMSGSIZE;
         if (buffer_append(b, chunk, (size_t)n) < 0) return -ENOMEM;
+        if ((size_t)n < sizeof(chunk)) return 0;
     }
 }
 
@@ -235,8 +239,13 @@ static void reconnect(bgtask_app *app, uint64_t now) {
     app->subscription_fd = fd;
 }
 
+/* Sets the timer to the next deadline, unless it is set there already (`timer_armed`, 0 when
+ * disarmed or fired and read): most calls change no deadline, and a call is then no
+ * timerfd_settime. */
 static void arm_timer(bgtask_app *app) {
     uint64_t next = next_deadline(app);
+    if (next == app->timer_armed) return;
+    app->timer_armed = next;
     struct itimerspec spec = {0};
     if (next) {
         spec.it_value.tv_sec = (time_t)(next / NSEC_PER_SEC);

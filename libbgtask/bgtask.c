@@ -44,6 +44,7 @@ EXPORT int bgtask_app_process(bgtask_app *app) {
         case TOKEN_TIMER: {
             uint64_t expirations;
             (void)!read(app->timer_fd, &expirations, sizeof(expirations));
+            app->timer_armed = 0;  /* it fired: the next settle sets it again */
             break;
         }
         case TOKEN_SUBSCRIPTION:
