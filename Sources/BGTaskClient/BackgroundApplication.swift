@@ -138,14 +138,21 @@ public final class BackgroundApplication: @unchecked Sendable {
             Self.emit("Can't end background task \(identifier): it is .invalid")
             return
         }
-        switch state.withLock({ $0.client.end(identifier.rawValue) }) {
+        // Asked before the end, which forgets the task (tuple elements are evaluated in order).
+        let (settles, ending) = state.withLock { state in
+            (state.client.endingSettles(identifier.rawValue), state.client.end(identifier.rawValue))
+        }
+        switch ending {
         case .unknown:
             Self.emit("Can't end background task \(identifier): no such task (already ended?)")
         case .alreadyEnded:
             break
         case .send:
             end(identifier.rawValue)
-            events.wake()  // the transition may have been waiting on it
+            // The event thread looks again only if the transition (or a wake) was waiting on
+            // this task: waking it for every end cost a pipe write, its read and poll, and a
+            // context switch per task.
+            if settles { events.wake() }
         }
     }
 

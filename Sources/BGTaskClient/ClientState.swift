@@ -213,6 +213,15 @@ struct ClientState<Handler> {
         return task.finished && !task.orphaned ? .alreadyEnded : .send
     }
 
+    /// Whether ending `id` may let something due happen now: it is a task not yet granted, and
+    /// a returned transition or a completed wake waits for such tasks (`tick`). Only then
+    /// must whoever runs `tick` look again after the end; any other end changes nothing it
+    /// would act on (its deadlines do not move).
+    func endingSettles(_ id: Int) -> Bool {
+        guard let task = tasks[id], !task.granted, !task.finished else { return false }
+        return transition?.returned == true || wake?.completed == true
+    }
+
     /// `EndTask` could not reach the daemon: it is sent once the daemon is back.
     mutating func endUndelivered(_ id: Int) {
         if pendingEnds.count < Self.maximumPendingEnds { pendingEnds.append(id) }

@@ -28,8 +28,11 @@ final class EventThread: @unchecked Sendable {
 
     func start(application: BackgroundApplication, subscription: VarlinkConnection) {
         self.subscription = subscription
-        let thread = Thread { [self] in self.run(application) }
-        thread.name = "BackgroundApplication"
+        let thread = Thread { [self] in
+            Host.nameThread("bgtask-events")
+            self.run(application)
+        }
+        thread.name = "bgtask-events"
         thread.start()
     }
 

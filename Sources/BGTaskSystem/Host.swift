@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+import CSystemd
 import Glibc
 
 /// Signal numbers the daemon sends or handles, so callers need not import the C library.
@@ -18,6 +19,10 @@ public enum Signal {
 public enum Host {
     /// This process's pid. `getpid(2)`
     public static let pid: Int32 = getpid()
+
+    /// Names the calling thread, for `top -H` and `/proc/PID/task/TID/comm` (Foundation's
+    /// `Thread.name` does not reach the kernel here). At most 15 bytes. `prctl(2)`
+    public static func nameThread(_ name: String) { bgtask_name_thread(name) }
 
     /// This process's effective uid. `geteuid(2)`
     public static var effectiveUID: UInt32 { geteuid() }

@@ -358,6 +358,10 @@ static inline int bgtask_send_datagrams(int fd, const struct iovec *buffers, uns
     return (int)sent;
 }
 
+/* Names the calling thread (prctl(2) PR_SET_NAME: at most 15 bytes, the rest cut). */
+#include <sys/prctl.h>
+static inline void bgtask_name_thread(const char *name) { (void)prctl(PR_SET_NAME, name, 0, 0, 0); }
+
 /* getdents64(2), which glibc 2.36 declares only under _GNU_SOURCE. */
 static inline long bgtask_getdents64(int fd, void *buffer, unsigned long size) {
     return syscall(SYS_getdents64, fd, buffer, size);

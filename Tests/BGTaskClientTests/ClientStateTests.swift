@@ -92,6 +92,26 @@ import Varlink
         #expect(effects == [.send(.finishBackgroundTransition)])
     }
 
+    /// An end matters to `tick` only when a returned transition (or a completed wake) waits
+    /// for a task not yet granted: the library wakes its event thread only then.
+    @Test func anEndSettlesSomethingOnlyWhenTheTransitionWaitsForThatTask() {
+        var state = subscribed()
+        _ = state.begun(1, name: "a", handler: "h1")
+        #expect(!state.endingSettles(1))  // the foreground: nothing waits
+        _ = state.receive(.didEnterBackground(remaining: 30, transitionTimeout: 5), at: 0)
+        _ = state.begun(2, name: "b", handler: "h2")
+        _ = state.begun(3, name: "c", handler: "h3")
+        _ = state.receive(.taskGranted(3), at: 0)
+        #expect(!state.endingSettles(2))  // the delegate is still running
+        state.backgroundDelegateReturned()
+        #expect(state.endingSettles(1) && state.endingSettles(2))
+        #expect(!state.endingSettles(3))  // granted: the transition was not waiting for it
+        #expect(!state.endingSettles(9))  // unknown
+        _ = state.end(1)
+        _ = state.end(2)
+        #expect(state.tick(at: Self.millisecond) == [.send(.finishBackgroundTransition)])
+    }
+
     @Test func aHandlerRunsExactlyOnceWithTheFirstReason() {
         var state = subscribed()
         _ = state.begun(3, name: "sync", handler: "h3")
