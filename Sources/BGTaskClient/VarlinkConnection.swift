@@ -102,6 +102,16 @@ public final class VarlinkConnection {
                 throw ClientError(.protocolError, "bgtaskd sent an oversized reply")
             }
             do {
+                if timeoutMilliseconds == 0 {
+                    // A look without waiting: one read that does not block (a zero-timeout poll
+                    // and a read were two system calls for each event the library follows).
+                    guard let bytes = try socket.receiveAvailable(upTo: 65536) else {
+                        throw ClientError(.timedOut, "no reply from bgtaskd within 0 ms")
+                    }
+                    if bytes.isEmpty { throw ClientError(.protocolError, "bgtaskd closed the connection") }
+                    framer.append(bytes)
+                    continue
+                }
                 if timeoutMilliseconds >= 0, try !socket.waitReadable(timeoutMilliseconds: timeoutMilliseconds),
                    // The caller may have been stopped (its own call can suspend its app) and
                    // resumed after the deadline with the reply waiting: look once more.

@@ -46,6 +46,19 @@ public final class FileDescriptor: @unchecked Sendable {
         return try unlessWouldBlock("read") { Glibc.read(fd, buffer.baseAddress, buffer.count) }
     }
 
+    /// Reads up to `count` bytes a socket has waiting, without blocking even if the socket
+    /// blocks (`MSG_DONTWAIT`): `nil` when nothing is waiting, empty at end of stream. One
+    /// system call where a zero-timeout `poll` and a `read` are two. `recv(2)`
+    public func receiveAvailable(upTo count: Int) throws(Errno) -> [UInt8]? {
+        let fd = rawValue
+        var received: Int?
+        let bytes = try [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized throws(Errno) in
+            received = try unlessWouldBlock("recv") { recv(fd, buffer.baseAddress, count, Int32(MSG_DONTWAIT)) }
+            initialized = received ?? 0
+        }
+        return received == nil ? nil : bytes
+    }
+
     /// Copies into `buffer` what a non-blocking socket has waiting, leaving it there
     /// (`MSG_PEEK`; from the peek offset on, `UnixSocket.enablePeekOffset`): as
     /// `readAvailable(into:)`. `recv(2)`
