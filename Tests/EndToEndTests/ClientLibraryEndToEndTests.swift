@@ -204,9 +204,14 @@ import Varlink
         let daemon = try TestDaemon(["GrantLatencyMinSec=0", "GrantLatencyMaxSec=0"])
         let app = try app(daemon)
         let tasks = "/proc/\(app.pid)/task"
-        let thread = try #require(try ProcessTree.directoryNames(tasks).first {
-            String(decoding: try readFile("\(tasks)/\($0)/comm"), as: UTF8.self) == "bgtask-events\n"
-        }, "no thread named bgtask-events")
+        func eventThread() throws -> String? {
+            try ProcessTree.directoryNames(tasks).first {
+                String(decoding: try readFile("\(tasks)/\($0)/comm"), as: UTF8.self) == "bgtask-events\n"
+            }
+        }
+        // The thread names itself once it runs, which may be after the app said it is ready.
+        try waitUntil("the library's thread named bgtask-events") { try eventThread() != nil }
+        let thread = try #require(try eventThread())
         let before = try voluntarySwitches("\(tasks)/\(thread)/status")
         try app.send("stress 1 300")
         let stress = try app.next(timeout: 60) { $0["stress"] != nil }["stress"]
