@@ -8,18 +8,37 @@ public final class Pidfd: @unchecked Sendable {
     public let descriptor: FileDescriptor
     /// The pid the pidfd refers to.
     public let pid: Int32
-    /// The process's start time (clock ticks after boot), read while the pidfd was held.
-    public let startTime: UInt64
+    /// The process's start time (clock ticks after boot), read while the pidfd was held; 0
+    /// for a process `open(member:)` opened that had exited before it was first asked.
+    public var startTime: UInt64 { identity.startTime }
     /// The pidfd's inode on pidfs (Linux ≥ 6.9): unique per process for the boot, so two
     /// processes on one pid never share it, even when they started within one clock tick.
     /// 0 on older kernels, where every pidfd is the same anonymous inode.
-    public let inode: UInt64
+    public var inode: UInt64 { identity.inode }
+
+    /// Read at opening, or for `open(member:)` when first asked (one thread's pidfds: the
+    /// daemon's loop, which walks trees).
+    private var knownIdentity: (startTime: UInt64, inode: UInt64)?
+
+    private var identity: (startTime: UInt64, inode: UInt64) {
+        if let knownIdentity { return knownIdentity }
+        // While the process lives, /proc/PID is it; once it has exited, the pid may be
+        // another's, and its start time is not read.
+        let startTime = (try? ProcStat.read(pid: pid)).map { hasExited ? 0 : $0.startTime } ?? 0
+        let read = (startTime: startTime, inode: Self.pidfsInode(descriptor))
+        knownIdentity = read
+        return read
+    }
 
     private init(descriptor: FileDescriptor, pid: Int32, startTime: UInt64) {
         self.descriptor = descriptor
         self.pid = pid
-        self.startTime = startTime
-        self.inode = Self.pidfsInode(descriptor)
+        self.knownIdentity = (startTime, Self.pidfsInode(descriptor))
+    }
+
+    private init(unidentified descriptor: FileDescriptor, pid: Int32) {
+        self.descriptor = descriptor
+        self.pid = pid
     }
 
     /// `PIDFS_MAGIC` from `<linux/magic.h>`.
@@ -63,6 +82,17 @@ public final class Pidfd: @unchecked Sendable {
         guard pid > 1 else { throw Errno(EPERM, "pidfd_open(\(pid)): refusing pid \(pid)") }
         let fd = try systemCall("pidfd_open(\(pid))") { pidfd_open(pid, 0) }
         return try adopt(FileDescriptor(fd), pid: pid)
+    }
+
+    /// Opens a pidfd for `pid` and nothing else: for a tree's walk, which finds each child
+    /// under its parent and checks it through the pidfd (`ProcessTree.members`), and signals
+    /// it; its start time and inode are read if asked (four system calls a child fewer on
+    /// the path of every suspension of a process app without a connector). May hold a process
+    /// that has exited. pid 0, negative pids and pid 1 are refused with `EPERM`.
+    public static func open(member pid: Int32) throws(Errno) -> Pidfd {
+        guard pid > 1 else { throw Errno(EPERM, "pidfd_open(\(pid)): refusing pid \(pid)") }
+        let fd = try systemCall("pidfd_open(\(pid))") { pidfd_open(pid, 0) }
+        return Pidfd(unidentified: FileDescriptor(fd), pid: pid)
     }
 
     /// Opens a pidfd for our own child, which may already have exited: until we reap it, its

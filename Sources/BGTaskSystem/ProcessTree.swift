@@ -52,18 +52,19 @@ public enum ProcessTree {
                 continue
             }
             for child in listed where child > 1 {
-                // The child's pidfd first, then its parent read through it (`PIDFD_GET_INFO`,
-                // or /proc where the kernel lacks it), then the parent still alive.
+                // The child's pidfd first (nothing read with it: `open(member:)`), then its
+                // parent read through it (`PIDFD_GET_INFO`, or /proc where the kernel lacks
+                // it), then the parent still alive, then the child (a zombie is no member).
                 let pidfd: Pidfd
                 do {
-                    pidfd = try Pidfd.open(pid: child)
+                    pidfd = try Pidfd.open(member: child)
                 } catch {
                     if error.isShortage { unreached.append(child) }
                     continue  // else gone
                 }
                 let info = pidfd.info
                 guard let parentPID = info?.parentPID ?? (try? ProcStat.read(pid: child))?.parentPID,
-                      parentPID == parent.pid, !parent.hasExited, info != nil || !pidfd.hasExited else { continue }
+                      parentPID == parent.pid, !parent.hasExited, !pidfd.hasExited else { continue }
                 if let owner, !(info.map { $0.uids.signallable(by: owner) } ?? belongs(pidfd, to: owner)) {
                     excluded.append(child)
                     continue

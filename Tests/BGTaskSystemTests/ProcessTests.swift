@@ -124,6 +124,50 @@ import TestSupport
         #expect(pidfd.info == nil, "a reaped process has no info")
     }
 
+    /// A walk reads each member's list of children and nothing else of it: its start time is
+    /// read only if asked (`Pidfd.open(member:)`). Counted by the kernel (`syscr` of this
+    /// thread's `/proc/thread-self/io`): 21 reads for a shell and its 20 children, where
+    /// reading each child's /proc stat at opening made 41.
+    @Test func aTreeWalkReadsOnlyTheListsOfChildren() throws {
+        let root = try Spawned("/bin/sh", ["-c", "for i in $(seq 20); do sleep 60 & done; echo ready; wait"])
+        defer { root.killTree() }
+        try root.expectLine("ready")
+        try waitUntil("21 processes") { processTree(of: root.pidfd).count == 21 }
+        func reads() throws -> Int {
+            let text = String(decoding: try readFile("/proc/thread-self/io"), as: UTF8.self)
+            let line = try #require(text.split(separator: "\n").first { $0.hasPrefix("syscr:") })
+            return try #require(Int(line.split(separator: " ").last ?? ""))
+        }
+        let looking = try reads()
+        let overhead = try reads() - looking  // what a look at /proc/thread-self/io reads itself
+        let before = try reads()
+        let members = ProcessTree.members(of: root.pidfd)
+        let walked = try reads() - before - overhead
+        #expect(members.count == 21)
+        #expect(walked <= members.count, "\(walked) reads to walk \(members.count) processes")
+        // Asked afterwards, a member's start time is its own.
+        let child = try #require(members.first { $0.pid != root.pid })
+        #expect(child.startTime == (try ProcStat.read(pid: child.pid)).startTime && child.inode != 0)
+    }
+
+    /// A child that has exited and not been reaped (a zombie) is no member.
+    @Test func aZombieIsNoMember() throws {
+        // The shell's child exits once the shell has become `sleep`, which never reaps it.
+        let root = try Spawned("/bin/sh", ["-c", "sleep 0.1 & echo ready; exec sleep 60"])
+        defer { root.killTree() }
+        try root.expectLine("ready")
+        var zombie: Int32 = 0
+        try waitUntil("a zombie under the sleep") {
+            guard (try? ProcStat.read(pid: root.pid))?.command == "sleep" else { return false }
+            let listed = String(decoding: try readFile("/proc/\(root.pid)/task/\(root.pid)/children"), as: UTF8.self)
+            guard let pid = listed.split(separator: " ").compactMap({ Int32($0) }).first,
+                  (try? ProcStat.read(pid: pid))?.state == "Z" else { return false }
+            zombie = pid
+            return true
+        }
+        #expect(ProcessTree.members(of: root.pidfd).map(\.pid) == [root.pid], "zombie \(zombie) taken for a member")
+    }
+
     @Test func processTreeFindsChildrenAndGrandchildren() throws {
         let root = try Spawned("/bin/sh", ["-c", "sleep 60 & sh -c 'sleep 60 & sleep 60 & wait' & echo ready; wait"])
         try root.expectLine("ready")
