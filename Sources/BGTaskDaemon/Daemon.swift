@@ -204,9 +204,8 @@ public final class Daemon {
             self.tracker = tracker
             tracker.forked = { [unowned self] app, parent, child in self.enforcer.forked(into: app, parent: parent, child: child) }
             tracker.unopened = { [unowned self] pid in self.enforcer.unreached.insert(pid) }
-            tracker.unheard = { error in
-                Journal.log(priority: LogEntry.Priority.warning.rawValue,
-                            message: "The kernel's process events could not be asked for again (\(error)): forks of the process apps followed now are not seen until the next app is followed")
+            tracker.unheard = { [unowned self] error in
+                self.log(.warning, "The kernel's process events could not be asked for again (\(error)): forks of the process apps followed now are not seen until the next app is followed")
             }
             model.processContainment = .tracked
         } catch {

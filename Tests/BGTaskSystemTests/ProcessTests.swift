@@ -133,11 +133,7 @@ import TestSupport
         defer { root.killTree() }
         try root.expectLine("ready")
         try waitUntil("21 processes") { processTree(of: root.pidfd).count == 21 }
-        func reads() throws -> Int {
-            let text = String(decoding: try readFile("/proc/thread-self/io"), as: UTF8.self)
-            let line = try #require(text.split(separator: "\n").first { $0.hasPrefix("syscr:") })
-            return try #require(Int(line.split(separator: " ").last ?? ""))
-        }
+        func reads() throws -> Int { try readCalls("/proc/thread-self/io") }
         let looking = try reads()
         let overhead = try reads() - looking  // what a look at /proc/thread-self/io reads itself
         let before = try reads()

@@ -214,11 +214,7 @@ import Varlink
         // The thread names itself once it runs, which may be after the app said it is ready.
         try waitUntil("the library's thread named bgtask-events") { try eventThread() != nil }
         let thread = try #require(try eventThread())
-        func reads() throws -> Int {
-            let text = String(decoding: try readFile("\(tasks)/\(thread)/io"), as: UTF8.self)
-            let line = try #require(text.split(separator: "\n").first { $0.hasPrefix("syscr:") })
-            return try #require(Int(line.split(separator: " ").last ?? ""))
-        }
+        func reads() throws -> Int { try readCalls("\(tasks)/\(thread)/io") }
         let (readsBefore, sleepsBefore) = (try reads(), try voluntarySwitches("\(tasks)/\(thread)/status"))
         try app.send("stress 1 300")
         let stress = try app.next(timeout: 60) { $0["stress"] != nil }["stress"]

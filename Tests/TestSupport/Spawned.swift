@@ -156,6 +156,15 @@ public func waitForInstant(_ instant: Int64) {
     while clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, nil) == EINTR {}
 }
 
+/// The `read(2)`-family calls a thread has made (`syscr` of its `io` file, e.g.
+/// `/proc/thread-self/io` or `/proc/PID/task/TID/io`), as the kernel counts them.
+public func readCalls(_ ioFile: String) throws -> Int {
+    let text = String(decoding: try readFile(ioFile), as: UTF8.self)
+    guard let line = text.split(separator: "\n").first(where: { $0.hasPrefix("syscr:") }),
+          let count = Int(line.split(separator: " ").last ?? "") else { throw TestFailure("no syscr in \(ioFile)") }
+    return count
+}
+
 /// The one-letter state of `/proc/PID/stat` (`T` when stopped), `nil` once gone.
 public func processState(_ pid: Int32) -> Character? {
     (try? ProcStat.read(pid: pid))?.state
