@@ -147,7 +147,19 @@ struct SecurityEndToEndTests {
     /// 4: a setuid-root child of a user's app is root's: the user cannot have the daemon stop
     /// or kill it.
     @Test func aSetuidRootChildIsNeitherStoppedNorKilled() throws {
-        let daemon = try TestDaemon()
+        try setuidRootChildIsNeitherStoppedNorKilled(TestDaemon())
+    }
+
+    /// The same where the daemon walks the app's tree (in a network namespace of its own, no
+    /// process-events connector: a `tree` app), each child opened by its pidfd alone.
+    @Test(.enabled(if: getuid() == 0, "needs root: a network namespace (unshare --net) and a setuid-root helper"))
+    func aSetuidRootChildOfATreeAppIsNeitherStoppedNorKilled() throws {
+        let daemon = try TestDaemon(wrapper: ["/usr/bin/unshare", "--net", "--"])
+        try setuidRootChildIsNeitherStoppedNorKilled(daemon)
+        #expect(daemon.logged { $0.contains("(containment tree") })
+    }
+
+    func setuidRootChildIsNeitherStoppedNorKilled(_ daemon: TestDaemon) throws {
         // A setuid-root python that becomes root on every uid, under a uid-65534 shell.
         let helper = daemon.directory + "/rootpython"
         try copyFile("/usr/bin/python3", to: helper)
