@@ -73,7 +73,7 @@ let package = Package(
         .testTarget(name: "BGTaskCoreTests", dependencies: ["BGTaskCore"]),
         .testTarget(name: "VarlinkTests", dependencies: ["Varlink"]),
         .testTarget(name: "BGTaskSessionTests", dependencies: ["BGTaskSession", "BGTaskCore", "Varlink"]),
-        .testTarget(name: "BGTaskClientTests", dependencies: ["BGTaskClient", "BGTaskProtocol", "Varlink"]),
+        .testTarget(name: "BGTaskClientTests", dependencies: ["BGTaskClient", "BGTaskProtocol", "BGTaskSystem", "Varlink", "TestSupport"]),
         .testTarget(name: "BGTaskSystemTests", dependencies: ["BGTaskSystem", "TestSupport"]),
         .testTarget(name: "BGTaskDaemonTests", dependencies: ["BGTaskDaemon", "BGTaskCore", "BGTaskSystem", "TestSupport"]),
         .testTarget(

@@ -176,7 +176,6 @@ public final class PipelinedConnection<Tag> {
     /// Whether bytes wait to be written (then wait for the socket to be writable too).
     public var wantsWrite: Bool { !output.isEmpty }
 
-    /// Queues `call` and writes what the socket takes now.
     /// Queues `call` and writes what the socket takes now (`flush: false`: queued only, so
     /// that many calls go out in one write, and the daemon reads them in one pass).
     public func send(_ call: VarlinkCall, tag: Tag, flush: Bool = true) throws(ClientError) {
@@ -196,13 +195,19 @@ public final class PipelinedConnection<Tag> {
         }
     }
 
-    /// The replies that have arrived, each with its call's tag.
+    /// The replies that have arrived, each with its call's tag. For a caller told by a
+    /// level-triggered poll that the socket is readable: what arrives after the read is
+    /// announced by the next poll.
     public func receiveAvailable() throws(ClientError) -> [(Tag, VarlinkReply)] {
         var replies: [(Tag, VarlinkReply)] = []
         do {
-            while let bytes = try connection.socket.readAvailable(upTo: 65536) {
+            while let bytes = try connection.socket.readAvailable(upTo: Self.readSize) {
                 if bytes.isEmpty { throw ClientError(.protocolError, "bgtaskd closed the connection") }
                 connection.framer.append(bytes)
+                // A stream socket's read copies every byte queued, up to the size asked: a
+                // shorter read took them all, and another would find nothing (it was one
+                // more system call per batch of replies).
+                if bytes.count < Self.readSize { break }
             }
         } catch let error as ClientError {
             throw error
@@ -218,4 +223,7 @@ public final class PipelinedConnection<Tag> {
     }
 
     public func close() { connection.close() }
+
+    /// The most one read takes.
+    static var readSize: Int { 65536 }
 }
