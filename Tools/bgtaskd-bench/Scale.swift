@@ -89,6 +89,7 @@ import Varlink
     let idleApps = try spawn(probes, tasks: 0, mode: "subscribe")    // never finish: suspended at +1s
     let manager = try VarlinkConnection(path: scale.socketPath)
     var backgroundedAt: [Int32: Int64] = [:]
+    var repliedAt: [Int32: Int64] = [:]
     let order = zip(warned, idleApps).flatMap { [$0, $1] }
     // The same instants relayed by a bare loop: the floor under these figures (TimerRelay).
     let relay = try TimerRelay()
@@ -102,6 +103,7 @@ import Varlink
         if warnedSet.contains(pid) { try relay.add(sent + 500_000_000) }
         try relay.add(sent + 1_000_000_000)
         _ = try manager.call(.manager(.setAppState), ["pid": .int(Int64(pid)), "state": "background"])
+        repliedAt[pid] = now()
     }
     // Enforcement: from each deadline to the process observed stopped in /proc.
     var enforcement: [Double] = []
@@ -145,7 +147,7 @@ import Varlink
             for pid in pids {
                 guard let event = events.first(where: { $0.0 == kind && $0.1 == Int64(pid) }) else { continue }
                 let due = backgroundedAt[pid]! + offset
-                lines.append("due \(due - firstDeadline) \(kind) \(Double(event.2 - due) / 1e6)")
+                lines.append("due \(due - firstDeadline) \(kind) \(Double(event.2 - due) / 1e6) rtt \(Double(repliedAt[pid]! - backgroundedAt[pid]!) / 1e6)")
             }
         }
         for (late, due) in zip(relay.lateness.withLock { $0 }, relay.dues.withLock { $0 }) {
