@@ -209,7 +209,9 @@ func frames(_ method: String, _ pids: [Int32], _ parameters: [String: JSON]) -> 
     // the first warnings went out, not beside them.
     sleepUntil(background.start + budget - warning - 10_000_000)
     let deadlineCPUBefore = daemon.child.cpuNanoseconds, deadlineFaultsBefore = daemon.child.minorFaults
+    let deadlineNoiseBefore = MachineNoise.nanoseconds
     let stops = ChildEvents.await(pids, notBefore: background.start + budget - warning + 20_000_000)
+    let deadlineNoise = MachineNoise.milliseconds(since: deadlineNoiseBefore)
     let deadlineCPUPerApp = Double(daemon.child.cpuNanoseconds - deadlineCPUBefore) / 1e3 / Double(count)
     // The daemon handles a pipelined burst a batch per pass, every call of a batch at the
     // pass's instant; the first batch (a few hundred calls) at the instant it read the first
@@ -249,8 +251,10 @@ func frames(_ method: String, _ pids: [Int32], _ parameters: [String: JSON]) -> 
     var rounds: [BurstRound] = []
     for _ in 0..<signalRounds {
         var round = BurstRound(baselines: ("Stop", "Continue"))
+        let baselineNoiseBefore = MachineNoise.nanoseconds
         let stopLoop = try signalLoop(pids, signal: SIGSTOP)
         let baselineStops = ChildEvents.await(pids)
+        round.baselineNoise = MachineNoise.milliseconds(since: baselineNoiseBefore)
         stopLoop.process.stop()
         let continueLoop = try signalLoop(pids, signal: SIGCONT)
         let baselineContinues = ChildEvents.await(pids, continued: true)
@@ -258,9 +262,10 @@ func frames(_ method: String, _ pids: [Int32], _ parameters: [String: JSON]) -> 
         round.baseline = Double(baselineStops.values.max()! - stopLoop.start) / 1e6
         round.baselineBack = Double(baselineContinues.values.max()! - continueLoop.start) / 1e6
 
-        let cpuBefore = daemon.child.cpuNanoseconds, faultsBefore = daemon.child.minorFaults
+        let cpuBefore = daemon.child.cpuNanoseconds, faultsBefore = daemon.child.minorFaults, noiseBefore = MachineNoise.nanoseconds
         let second = try Pipeline(daemon.socketPath, frames("SetAppState", pids, ["state": "background"]))
         let burstStops = ChildEvents.await(pids)
+        round.noise = MachineNoise.milliseconds(since: noiseBefore)
         round.cpuPerApp = Double(daemon.child.cpuNanoseconds - cpuBefore) / 1e3 / Double(count)
         if ProcessInfo.processInfo.environment["BENCH_DEBUG"] != nil {
             say("debug: background window \(second.start) \(burstStops.values.max()!) ns (monotonic), \(daemon.child.minorFaults - faultsBefore) minor faults")
@@ -288,7 +293,7 @@ func frames(_ method: String, _ pids: [Int32], _ parameters: [String: JSON]) -> 
         "backgroundMilliseconds": .double(backgroundMs), "foregroundMilliseconds": .double(foregroundMs),
         "deadlinesMilliseconds": .double(deadlineMs), "deadlineSpreadMilliseconds": .double(spreadMs),
         "resumeAfterDeadlinesMilliseconds": .double(resumeMs), "deadlineFloorMilliseconds": .double(floorMs),
-        "deadlineDaemonCPUMicrosecondsPerApp": .double(deadlineCPUPerApp),
+        "deadlineDaemonCPUMicrosecondsPerApp": .double(deadlineCPUPerApp), "deadlineKdamondMilliseconds": .double(deadlineNoise),
         "firstWarningsLatenessMilliseconds": firstLateness.json, "floorFirstWarningsLatenessMilliseconds": floorFirstLateness.json,
         "warningsLatenessMilliseconds": allLateness.json,
         "daemonCPUMicrosecondsPerApp": .double(cpuPerApp), "ratio": .double(ratio),
@@ -298,13 +303,13 @@ func frames(_ method: String, _ pids: [Int32], _ parameters: [String: JSON]) -> 
     let each = rounds.map { "×" + format($0.ratio, 2) }.joined(separator: ", ")
     row("burst: \(count) apps backgrounded, last stopped (ms, median of \(rounds.count) rounds in turns)", format(backgroundMs, 1),
         "C SIGSTOP loop \(format(baselineStop, 1))",
-        check(ratio, "≤", 3, key: "burstBackground") + " (median of the rounds' ratios: \(each))")
+        check(ratio, "≤", 3, key: "burstBackground") + " (median of the rounds' ratios: \(each); \(BurstRound.noise(rounds)))")
     row("daemon CPU per app backgrounded, until the last stopped (µs, median)", format(cpuPerApp, 1), "", "")
     row("burst: \(count) apps foregrounded, last continued (ms, median)", format(foregroundMs, 1), "C SIGCONT loop \(format(baselineContinue, 1))",
         "×\(format(continueRatio, 2))")
     row("burst: \(count) deadlines, first due to last stopped (ms)", format(deadlineMs, 1),
         "C SIGSTOP loop \(format(baselineStop, 1)) (median)", check(deadlineMs / baselineStop, "≤", 3, key: "burstDeadlines")
-            + " (due over \(format(spreadMs, 1)) ms)")
+            + " (due over \(format(spreadMs, 1)) ms; kdamond ran \(format(deadlineNoise, 0)) ms meanwhile)")
     row("daemon CPU per app warned, ended and stopped (µs)", format(deadlineCPUPerApp, 1), "", "")
     row("burst: the same deadlines, a zero-cost daemon (ms)", format(floorMs, 1), "C SIGSTOP loop \(format(baselineStop, 1))",
         "×\(format(floorMs / baselineStop, 2)); bgtaskd ×\(format(deadlineMs / floorMs, 2)) of it")

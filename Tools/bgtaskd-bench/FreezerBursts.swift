@@ -91,13 +91,24 @@ struct BurstRound {
     let names: (String, String)
     var background = 0.0, foreground = 0.0, baseline = 0.0, baselineBack = 0.0
     var cpuPerApp = 0.0
+    /// Milliseconds the kernel's DAMON threads ran during the daemon's burst and during the
+    /// C loop's (`MachineNoise`).
+    var noise = 0.0, baselineNoise = 0.0
     var errors = 0
     init(baselines names: (String, String)) { self.names = names }
     var ratio: Double { background / baseline }
     var json: JSON {
         .object(["backgroundMilliseconds": .double(background), "foregroundMilliseconds": .double(foreground),
                  "baseline\(names.0)Milliseconds": .double(baseline), "baseline\(names.1)Milliseconds": .double(baselineBack),
-                 "daemonCPUMicrosecondsPerApp": .double(cpuPerApp), "ratio": .double(ratio)])
+                 "daemonCPUMicrosecondsPerApp": .double(cpuPerApp), "ratio": .double(ratio),
+                 "kdamondMilliseconds": .double(noise), "baselineKdamondMilliseconds": .double(baselineNoise)])
+    }
+
+    /// What the kernel's DAMON threads took in each round, for the burst's row: "kdamond ran
+    /// 180/2, 0/0, 95/11 ms (bgtaskd's burst/the C loop's)".
+    static func noise(_ rounds: [BurstRound]) -> String {
+        "kdamond ran " + rounds.map { format($0.noise, 0) + "/" + format($0.baselineNoise, 0) }.joined(separator: ", ")
+            + " ms (bgtaskd's burst/the C loop's)"
     }
 }
 
@@ -120,9 +131,10 @@ let freezerSettings = ["GrantLatencyMinSec=0", "GrantLatencyMaxSec=0", "Backgrou
     _ = try daemon.manager("GetStatus")
     Thread.sleep(forTimeInterval: 0.5)
 
-    let cpuBefore = daemon.child.cpuNanoseconds, faultsBefore = daemon.child.minorFaults
+    let cpuBefore = daemon.child.cpuNanoseconds, faultsBefore = daemon.child.minorFaults, noiseBefore = MachineNoise.nanoseconds
     let background = try Pipeline(daemon.socketPath, frames("SetAppState", pids, ["state": "background"]))
     let frozenAt = try watched.await(frozen: true)
+    round.noise = MachineNoise.milliseconds(since: noiseBefore)
     round.cpuPerApp = Double(daemon.child.cpuNanoseconds - cpuBefore) / 1e3 / Double(count)
     if ProcessInfo.processInfo.environment["BENCH_DEBUG"] != nil {
         say("debug: freeze window \(background.start) \(frozenAt) ns (monotonic), \(daemon.child.minorFaults - faultsBefore) minor faults")
@@ -132,8 +144,10 @@ let freezerSettings = ["GrantLatencyMinSec=0", "GrantLatencyMaxSec=0", "Backgrou
     // Stopped before the baselines: the daemon watches its unit apps' cgroup.events, and
     // would wake for every freeze the C loop makes (a read each), taking CPU from the loop.
     daemon.stop()
+    let baselineNoiseBefore = MachineNoise.nanoseconds
     let freeze = try freezeLoop(directories, frozen: true)
     let baselineFrozenAt = try watched.await(frozen: true)
+    round.baselineNoise = MachineNoise.milliseconds(since: baselineNoiseBefore)
     freeze.process.stop()
     let thaw = try freezeLoop(directories, frozen: false)
     let baselineThawedAt = try watched.await(frozen: false)
@@ -214,7 +228,7 @@ let freezerSettings = ["GrantLatencyMinSec=0", "GrantLatencyMaxSec=0", "Backgrou
     let each = rounds.map { "×" + format($0.ratio, 2) }.joined(separator: ", ")
     row("burst, freezer: \(count) unit apps backgrounded, last frozen (ms, median of \(rounds.count) rounds in turns)",
         format(backgroundMs, 1), "C cgroup.freeze loop \(format(baselineFreeze, 1))",
-        check(ratio, "≤", 3, key: "burstBackgroundFreezer") + " (median of the rounds' ratios: \(each))")
+        check(ratio, "≤", 3, key: "burstBackgroundFreezer") + " (median of the rounds' ratios: \(each); \(BurstRound.noise(rounds)))")
     row("daemon CPU per app frozen, until the last frozen (µs, median)", format(cpuPerApp, 1), "", "")
     row("the same frozen by a C loop opening, writing, closing each cgroup.freeze (ms)", format(openingFreeze, 1),
         "C cgroup.freeze loop \(format(baselineFreeze, 1))", "×\(format(openingFreeze / baselineFreeze, 2)): the floor of opening")

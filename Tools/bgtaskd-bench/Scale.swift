@@ -95,6 +95,7 @@ import Varlink
     let relay = try TimerRelay()
     let warnedSet = Set(warned)
     let firstDeadline = now() + 1_000_000_000
+    let noiseBefore = MachineNoise.nanoseconds
     if ProcessInfo.processInfo.environment["BENCH_DEBUG"] != nil { say("deadlines: the first due at \(firstDeadline)") }
     for (index, pid) in order.enumerated() {
         sleepUntil(firstDeadline - 1_000_000_000 + Int64(index) * spacing)  // pace: one app every `spacing`
@@ -127,6 +128,7 @@ import Varlink
         Thread.sleep(forTimeInterval: 0.01)  // poll interval while the last relayed instants arrive
     }
     relay.stop()
+    let noise = MachineNoise.milliseconds(since: noiseBefore)
     let floor = Summary(relay.lateness.withLock { $0 })
     let events = monitor.events()
     func lateness(_ event: String, _ pids: [Int32], offset: Int64) -> [Double] {
@@ -159,6 +161,7 @@ import Varlink
                                     "suspensionLatenessMilliseconds": suspensions.json,
                                     "terminationLatenessMilliseconds": terminations.json,
                                     "enforcementMilliseconds": enforced.json, "bareLoopRelayMilliseconds": floor.json,
+                                    "kdamondMilliseconds": .double(noise),
                                     "appsCgroup": .string(scope ?? "the bench's cgroup")])
     let beside = "bare loop p99 \(format(floor.p99)), n=\(warnings.count)"
     row("warning lateness, \(taskCount) deadlines pending (ms)", "\(warnings)", beside,
@@ -167,7 +170,8 @@ import Varlink
         "p99 " + check(suspensions.p99, "<", 1, key: "suspensionLatenessP99", ratio: false))
     row("termination lateness (ms)", "\(terminations)", beside,
         "p99 " + check(terminations.p99, "<", 1, key: "terminationLatenessP99", ratio: false))
-    row("the same \(floor.count) instants relayed by a bare loop (ms)", "\(floor)", "the floor: EventLoop, a send, a reader", "")
+    row("the same \(floor.count) instants relayed by a bare loop (ms)", "\(floor)", "the floor: EventLoop, a send, a reader",
+        "kdamond ran \(format(noise, 0)) ms meanwhile")
     row("enforcement: deadline to stopped in /proc (ms)", "\(enforced)", "n=\(enforced.count)",
         "p99 " + check(enforced.p99, "<", 5, key: "enforcementP99", ratio: false))
 
