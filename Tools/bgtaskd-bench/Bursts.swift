@@ -251,17 +251,20 @@ func frames(_ method: String, _ pids: [Int32], _ parameters: [String: JSON]) -> 
     var rounds: [BurstRound] = []
     for _ in 0..<signalRounds {
         var round = BurstRound(baselines: ("Stop", "Continue"))
+        MachineNoise.awaitQuiet()
         let baselineNoiseBefore = MachineNoise.nanoseconds
         let stopLoop = try signalLoop(pids, signal: SIGSTOP)
         let baselineStops = ChildEvents.await(pids)
         round.baselineNoise = MachineNoise.milliseconds(since: baselineNoiseBefore)
         stopLoop.process.stop()
+        MachineNoise.awaitQuiet()
         let continueLoop = try signalLoop(pids, signal: SIGCONT)
         let baselineContinues = ChildEvents.await(pids, continued: true)
         continueLoop.process.stop()
         round.baseline = Double(baselineStops.values.max()! - stopLoop.start) / 1e6
         round.baselineBack = Double(baselineContinues.values.max()! - continueLoop.start) / 1e6
 
+        MachineNoise.awaitQuiet()
         let cpuBefore = daemon.child.cpuNanoseconds, faultsBefore = daemon.child.minorFaults, noiseBefore = MachineNoise.nanoseconds
         let second = try Pipeline(daemon.socketPath, frames("SetAppState", pids, ["state": "background"]))
         let burstStops = ChildEvents.await(pids)
@@ -270,6 +273,7 @@ func frames(_ method: String, _ pids: [Int32], _ parameters: [String: JSON]) -> 
         if ProcessInfo.processInfo.environment["BENCH_DEBUG"] != nil {
             say("debug: background window \(second.start) \(burstStops.values.max()!) ns (monotonic), \(daemon.child.minorFaults - faultsBefore) minor faults")
         }
+        MachineNoise.awaitQuiet()
         let resumed = try Pipeline(daemon.socketPath, frames("SetAppState", pids, ["state": "foreground"]))
         let burstContinues = ChildEvents.await(pids, continued: true)
         round.background = Double(burstStops.values.max()! - second.start) / 1e6

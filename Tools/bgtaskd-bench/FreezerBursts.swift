@@ -131,6 +131,7 @@ let freezerSettings = ["GrantLatencyMinSec=0", "GrantLatencyMaxSec=0", "Backgrou
     _ = try daemon.manager("GetStatus")
     Thread.sleep(forTimeInterval: 0.5)
 
+    MachineNoise.awaitQuiet()
     let cpuBefore = daemon.child.cpuNanoseconds, faultsBefore = daemon.child.minorFaults, noiseBefore = MachineNoise.nanoseconds
     let background = try Pipeline(daemon.socketPath, frames("SetAppState", pids, ["state": "background"]))
     let frozenAt = try watched.await(frozen: true)
@@ -139,16 +140,19 @@ let freezerSettings = ["GrantLatencyMinSec=0", "GrantLatencyMaxSec=0", "Backgrou
     if ProcessInfo.processInfo.environment["BENCH_DEBUG"] != nil {
         say("debug: freeze window \(background.start) \(frozenAt) ns (monotonic), \(daemon.child.minorFaults - faultsBefore) minor faults")
     }
+    MachineNoise.awaitQuiet()
     let foreground = try Pipeline(daemon.socketPath, frames("SetAppState", pids, ["state": "foreground"]))
     let thawedAt = try watched.await(frozen: false)
     // Stopped before the baselines: the daemon watches its unit apps' cgroup.events, and
     // would wake for every freeze the C loop makes (a read each), taking CPU from the loop.
     daemon.stop()
+    MachineNoise.awaitQuiet()
     let baselineNoiseBefore = MachineNoise.nanoseconds
     let freeze = try freezeLoop(directories, frozen: true)
     let baselineFrozenAt = try watched.await(frozen: true)
     round.baselineNoise = MachineNoise.milliseconds(since: baselineNoiseBefore)
     freeze.process.stop()
+    MachineNoise.awaitQuiet()
     let thaw = try freezeLoop(directories, frozen: false)
     let baselineThawedAt = try watched.await(frozen: false)
     thaw.process.stop()
@@ -203,6 +207,7 @@ let freezerSettings = ["GrantLatencyMinSec=0", "GrantLatencyMaxSec=0", "Backgrou
         let daemon = try BenchDaemon(freezerSettings)
         rounds.append(try freezerRound(daemon, pids: pids, directories: directories, watched: watched))
     }
+    MachineNoise.awaitQuiet()
     let opening = try freezeLoop(directories, frozen: true, opening: true)
     let openingFrozenAt = try watched.await(frozen: true)
     opening.process.stop()

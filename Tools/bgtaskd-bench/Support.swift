@@ -48,14 +48,18 @@ let binaryDirectory: String = {
     return (exe as NSString).deletingLastPathComponent
 }()
 
-/// The CPU time of the kernel's DAMON threads (`kdamond.N`, memory monitoring that these
-/// machines run): a perf profile of the whole machine found one taking 16.6 % of both CPUs
-/// over the scale section's deadlines (an 18 ms stall of the daemon's CPU at one of them,
-/// the bare loop's relay late alike), and 29–31 % during two of three signal bursts (×3.29,
-/// ×3.31) against none in the third (×1.86). Read before and after a measured window, it
-/// tells a figure the machine took from one the daemon's work decided. The threads are
+/// The CPU time of the kernel's DAMON threads (`kdamond.N`): these machines monitor physical
+/// memory with DAMON (`paddr`, a sample every 500 ms), and each sample checks pages through
+/// every mapping of them, so with 10,000 processes sharing their libraries' pages a sample
+/// took 100–215 ms of one of the two CPUs every ~0.6 s (1 ms with the apps gone; schedstat
+/// read every 10 ms). A perf profile of the whole machine found it taking 16.6 % of both
+/// CPUs over the scale section's deadlines (an 18 ms stall of the daemon's CPU at one of
+/// them, the bare loop's relay late alike) and 29–31 % during two of three signal bursts
+/// (×3.29, ×3.31) against none in the third (×1.86). Read before and after a measured
+/// window, it tells a figure the machine took from one the daemon's work decided; waited
+/// out before one (`awaitQuiet`), it is kept out of both sides of a ratio. The threads are
 /// found once, before the apps are started (a scan of /proc among 10,000 apps would itself
-/// be a load); none found: 0.
+/// be a load); none found: 0, and nothing is waited for.
 enum MachineNoise {
     static let threads: [Int32] = {
         let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
@@ -74,6 +78,27 @@ enum MachineNoise {
 
     /// Milliseconds they ran since `before` (a `nanoseconds` reading).
     static func milliseconds(since before: Int64) -> Double { Double(nanoseconds - before) / 1e6 }
+
+    /// Returns just after a sample of theirs: once they have run and then not run for 10 ms
+    /// (looked at every 2 ms), or after 1.5 s (a sample that costs next to nothing may pass
+    /// between two looks). A window of a few hundred milliseconds started then is most often
+    /// over before the next sample. For both sides of a ratio alike.
+    static func awaitQuiet() {
+        guard !threads.isEmpty else { return }
+        let giveUp = now() + 1_500_000_000
+        var last = nanoseconds, ran = false, still = now()
+        while now() < giveUp {
+            sleepUntil(now() + 2_000_000)  // a look every 2 ms: their runs last tens of ms
+            let current = nanoseconds
+            if current != last {
+                ran = true
+                last = current
+                still = now()
+            } else if ran, now() - still >= 10_000_000 {
+                return
+            }
+        }
+    }
 }
 
 /// A NUL-framed blocking client that keeps its bytes raw: the same work against the daemon
