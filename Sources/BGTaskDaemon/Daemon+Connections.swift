@@ -148,7 +148,11 @@ extension Daemon {
             return close(connection)
         }
         if events & IOEvents.writable != 0 {
-            // What waits was queued in an earlier pass, so its state is on disk already.
+            // What waits was queued in an earlier pass, and an event of this pass may be behind
+            // it: as at the pass's end (`commit`), its suspensions are made whole and its
+            // changes written first (each a no-op when there are none).
+            enforcer.finishStops()
+            writeState()
             guard connection.flush() else { return close(connection) }
             connection.continueListing()
         }

@@ -18,8 +18,10 @@ import TestSupport
         var scheduled: [(Wait, Int64?)] = []
         var logged: [String] = []
         var roots: [ProcessIdentity: Pidfd] = [:]
+        /// With `tracking`, the process-events connector's tracker, following every app.
+        var tracker: Tracker?
 
-        init() throws {
+        init(tracking: Bool = false) throws {
             loop = try EventLoop()
             var roots: () -> [ProcessIdentity: Pidfd] = { [:] }
             var logged: (String) -> Void = { _ in }
@@ -28,7 +30,13 @@ import TestSupport
             var dispatch: () -> Void = {}
             let group = try IOGroup(loop: loop) { dispatch() }
             dispatch = { [unowned group] in group.dispatchReady() }
-            enforcer = try Enforcer(group: group, root: { roots()[$0] }, tracked: { _, _, _ in nil }) { _, message in logged(message) }
+            var follow: (ProcessIdentity, Set<Int32>, Bool) -> [Pidfd]? = { _, _, _ in nil }
+            enforcer = try Enforcer(group: group, root: { roots()[$0] }, tracked: { follow($0, $1, $2) }) { _, message in logged(message) }
+            if tracking {
+                let tracker = try Tracker.open(reserve: DescriptorReserve(count: 16)) {}
+                self.tracker = tracker
+                follow = { app, known, reading in tracker.follows(app) ? tracker.members(of: app, excluding: known, reading: reading) : nil }
+            }
             roots = { [unowned self] in self.roots }
             logged = { [unowned self] in self.logged.append($0) }
             enforcer.schedule = { [unowned self] wait, instant in self.scheduled.append((wait, instant)) }
@@ -38,6 +46,7 @@ import TestSupport
         func app(_ child: Spawned) throws -> ProcessIdentity {
             let identity = ProcessIdentity(pid: child.pid, startTime: try ProcStat.read(pid: child.pid).startTime)
             roots[identity] = child.pidfd
+            tracker?.follow(identity, root: child.pidfd)
             return identity
         }
 

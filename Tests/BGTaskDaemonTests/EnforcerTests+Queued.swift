@@ -1,0 +1,92 @@
+// SPDX-License-Identifier: Apache-2.0
+import BGTaskCore
+@testable import BGTaskDaemon
+import BGTaskSystem
+import Glibc
+import Testing
+import TestSupport
+
+/// A pass's suspensions of tracked apps are signalled together at its end (`queueStops`,
+/// `sendQueuedStops`): what each suspension would have done, in the order decided.
+extension EnforcerTests {
+    /// Whether `pid` was sent `SIGSTOP`: stopped, or the signal still pending (so the answer
+    /// does not wait on the process being scheduled to stop itself).
+    static func stopSent(_ pid: Int32) -> Bool {
+        let text = String(decoding: (try? readFile("/proc/\(pid)/status")) ?? [], as: UTF8.self)
+        var pending: UInt64 = 0, stopped = false
+        for line in text.split(separator: "\n") {
+            if line.hasPrefix("State:") { stopped = line.contains("(stopped)") }
+            if line.hasPrefix("ShdPnd:") || line.hasPrefix("SigPnd:") {
+                pending |= UInt64(line.split(separator: "\t").last ?? "", radix: 16) ?? 0
+            }
+        }
+        return stopped || pending & (1 << UInt64(SIGSTOP - 1)) != 0
+    }
+
+    static let tracking = getuid() == 0 && Host.inInitialNamespaces
+
+    @Test(.enabled(if: tracking, "needs root in the initial namespaces for the process-events connector"))
+    func aPassesSuspensionsOfTrackedAppsAreSignalledTogetherAtItsEnd() throws {
+        let rig = try Rig(tracking: true)
+        let sleepers = try (0..<3).map { _ in try Spawned("/bin/sleep", ["1000"]) }
+        defer { for sleeper in sleepers { sleeper.killTree() } }
+        let apps = try sleepers.map { try rig.app($0) }
+        for app in apps { rig.enforcer.suspend(app, uid: 0, command: "sleep", mode: .signal, at: 0) }
+        // Suspended in the records (what the pass reports), not yet signalled.
+        #expect(apps.allSatisfy { rig.enforcer.suspended[$0]?.method == .signals })
+        #expect(rig.enforcer.queuedStops.map(\.app) == apps)
+        #expect(!sleepers.contains { Self.stopSent($0.pid) })
+        rig.enforcer.finishStops()  // the pass's end
+        #expect(rig.enforcer.queuedStops.isEmpty)
+        try waitUntil("every app stopped") { sleepers.allSatisfy { processState($0.pid) == "T" } }
+        for app in apps { rig.enforcer.resume(app, uid: 0, at: 1) }
+        try waitUntil("every app running") { sleepers.allSatisfy { processState($0.pid) != "T" } }
+    }
+
+    /// What a pass does to one app happens in the order decided: an app resumed (or acted on
+    /// otherwise) after its suspension in the same pass gets its stop first, then the rest.
+    @Test(.enabled(if: tracking, "needs root in the initial namespaces for the process-events connector"))
+    func anAppResumedInThePassItWasSuspendedInIsLeftRunning() throws {
+        let rig = try Rig(tracking: true)
+        let sleeper = try Spawned("/bin/sleep", ["1000"])
+        defer { sleeper.killTree() }
+        let app = try rig.app(sleeper)
+        rig.enforcer.suspend(app, uid: 0, command: "sleep", mode: .signal, at: 0)
+        rig.enforcer.resume(app, uid: 0, at: 0)
+        rig.enforcer.finishStops()
+        // A stop sent after the resume's SIGCONT would be pending now, or have stopped it.
+        #expect(!Self.stopSent(sleeper.pid))
+        #expect(rig.enforcer.suspended[app] == nil)
+    }
+
+    /// The owner's check is made just before each signal, as a walk makes it: uid 65534's
+    /// app whose own process is root's is not suspended after all, and nothing is stopped.
+    @Test(.enabled(if: tracking, "needs root in the initial namespaces for the process-events connector"))
+    func anUnprivilegedOwnersQueuedSuspensionLeavesOthersProcessesAlone() throws {
+        let rig = try Rig(tracking: true)
+        let sleeper = try Spawned("/bin/sleep", ["1000"])  // root's
+        defer { sleeper.killTree() }
+        let app = try rig.app(sleeper)
+        rig.enforcer.suspend(app, uid: 65534, command: "sleep", mode: .signal, at: 0)
+        rig.enforcer.finishStops()
+        #expect(!Self.stopSent(sleeper.pid))
+        #expect(rig.enforcer.suspended[app] == nil)
+        #expect(rig.scheduled.last?.0 == .stopCheck && rig.scheduled.last?.1 == nil)  // disarmed again
+        #expect(rig.logged.contains { $0.contains("not suspended: the app's owner could not signal it") }, "\(rig.logged)")
+    }
+
+    /// An app whose own process is gone by the pass's end is not suspended after all (its
+    /// pidfd reports the exit; nothing stays armed for it).
+    @Test(.enabled(if: tracking, "needs root in the initial namespaces for the process-events connector"))
+    func anAppGoneBeforeItsStopIsNotSuspended() throws {
+        let rig = try Rig(tracking: true)
+        let sleeper = try Spawned("/bin/sleep", ["1000"])
+        let app = try rig.app(sleeper)
+        rig.enforcer.suspend(app, uid: 0, command: "sleep", mode: .signal, at: 0)
+        try sleeper.signal(SIGKILL)
+        _ = try sleeper.wait(timeout: 5)  // reaped: its pid is no process's
+        rig.enforcer.finishStops()
+        #expect(rig.enforcer.suspended[app] == nil)
+        #expect(rig.scheduled.last?.0 == .stopCheck && rig.scheduled.last?.1 == nil)
+    }
+}
