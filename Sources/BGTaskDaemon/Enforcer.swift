@@ -111,7 +111,6 @@ final class Enforcer {
     /// A tracked app's suspension whose signals are still to be sent (`queueStops`).
     struct QueuedStops {
         var app: ProcessIdentity
-        var root: Int32
         var uid: UInt32
         var command: String
         var members: [Pidfd]
@@ -366,10 +365,12 @@ final class Enforcer {
     /// as a walk does.
     private func queueStops(of app: ProcessIdentity, uid: UInt32, command: String, at now: Int64) -> Bool {
         guard unit(app) == nil, let root = root(app), let followed = tracked(app, [root.pid], false) else { return false }
+        // Every member, unchecked and unsignalled (a visit that keeps each spares a poll of
+        // the root's pidfd).
         var known: Set<Int32> = [ownPID], left: [Int32] = []
         let members = followedMembers(of: app, root: root, next: [root] + followed, known: &known, owner: nil,
                                       excluded: &left, visit: { _ in true }, reading: false)
-        queuedStops.append(QueuedStops(app: app, root: root.pid, uid: uid, command: command, members: members, at: now))
+        queuedStops.append(QueuedStops(app: app, uid: uid, command: command, members: members, at: now))
         unreadStops[app] = known
         return true
     }
@@ -387,26 +388,15 @@ final class Enforcer {
         let queued = queuedStops
         queuedStops = []
         for entry in queued where suspended[entry.app]?.method == .signals {
-            let owner = entry.uid == 0 ? nil : entry.uid
-            var left: [Int32] = []
-            var suspendedAfterAll = true
-            for pidfd in entry.members {
-                let isRoot = pidfd.pid == entry.root
-                if let owner, !ProcessTree.belongs(pidfd, to: owner) {
-                    if isRoot {
-                        if !pidfd.hasExited { left.append(pidfd.pid) }
-                        suspendedAfterAll = false
-                        break
-                    }
-                    left.append(pidfd.pid)
-                    continue
-                }
-                if !pidfd.trySend(signal: Signal.stop), isRoot {
-                    suspendedAfterAll = false
-                    break
-                }
-            }
-            if !suspendedAfterAll {
+            guard let root = root(entry.app) else { continue }
+            // The members as queued, checked and stopped as `stopTree` would have (nothing
+            // read: the pass's one read is `finishStops`'s); none when the root is not the
+            // owner's or is gone.
+            var known: Set<Int32> = [ownPID], left: [Int32] = []
+            let stopped = followedMembers(of: entry.app, root: root, next: entry.members, known: &known,
+                                          owner: entry.uid == 0 ? nil : entry.uid, excluded: &left,
+                                          visit: { $0.trySend(signal: Signal.stop) }, reading: false)
+            if stopped.isEmpty {
                 note(entry.app, nil, at: entry.at)
                 unreadStops[entry.app] = nil
             }

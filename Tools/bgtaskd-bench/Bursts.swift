@@ -307,7 +307,7 @@ func frames(_ method: String, _ pids: [Int32], _ parameters: [String: JSON]) -> 
     let each = rounds.map { "×" + format($0.ratio, 2) }.joined(separator: ", ")
     row("burst: \(count) apps backgrounded, last stopped (ms, median of \(rounds.count) rounds in turns)", format(backgroundMs, 1),
         "C SIGSTOP loop \(format(baselineStop, 1))",
-        check(ratio, "≤", 3, key: "burstBackground") + " (median of the rounds' ratios: \(each); \(BurstRound.noise(rounds)))")
+        check(ratio, "≤", 3, key: "burstBackground") + " (median of the rounds' ratios: \(each); \(BurstRound.noiseSummary(rounds)))")
     row("daemon CPU per app backgrounded, until the last stopped (µs, median)", format(cpuPerApp, 1), "", "")
     row("burst: \(count) apps foregrounded, last continued (ms, median)", format(foregroundMs, 1), "C SIGCONT loop \(format(baselineContinue, 1))",
         "×\(format(continueRatio, 2))")

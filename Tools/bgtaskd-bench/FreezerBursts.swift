@@ -106,7 +106,7 @@ struct BurstRound {
 
     /// What the kernel's DAMON threads took in each round, for the burst's row: "kdamond ran
     /// 180/2, 0/0, 95/11 ms (bgtaskd's burst/the C loop's)".
-    static func noise(_ rounds: [BurstRound]) -> String {
+    static func noiseSummary(_ rounds: [BurstRound]) -> String {
         "kdamond ran " + rounds.map { format($0.noise, 0) + "/" + format($0.baselineNoise, 0) }.joined(separator: ", ")
             + " ms (bgtaskd's burst/the C loop's)"
     }
@@ -233,7 +233,7 @@ let freezerSettings = ["GrantLatencyMinSec=0", "GrantLatencyMaxSec=0", "Backgrou
     let each = rounds.map { "×" + format($0.ratio, 2) }.joined(separator: ", ")
     row("burst, freezer: \(count) unit apps backgrounded, last frozen (ms, median of \(rounds.count) rounds in turns)",
         format(backgroundMs, 1), "C cgroup.freeze loop \(format(baselineFreeze, 1))",
-        check(ratio, "≤", 3, key: "burstBackgroundFreezer") + " (median of the rounds' ratios: \(each); \(BurstRound.noise(rounds)))")
+        check(ratio, "≤", 3, key: "burstBackgroundFreezer") + " (median of the rounds' ratios: \(each); \(BurstRound.noiseSummary(rounds)))")
     row("daemon CPU per app frozen, until the last frozen (µs, median)", format(cpuPerApp, 1), "", "")
     row("the same frozen by a C loop opening, writing, closing each cgroup.freeze (ms)", format(openingFreeze, 1),
         "C cgroup.freeze loop \(format(baselineFreeze, 1))", "×\(format(openingFreeze / baselineFreeze, 2)): the floor of opening")
