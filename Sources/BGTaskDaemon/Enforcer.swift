@@ -290,7 +290,7 @@ final class Enforcer {
     /// `visit` is called on each member of a process app before its children are read
     /// (`ProcessTree`): stopping it there makes one walk catch every fork. It returns whether
     /// the process is still there (a signal sent through its pidfd says so: `ESRCH`), which
-    /// spares a tracked app a poll of its own process's pidfd per action.
+    /// spares an app (tracked or walked) a poll of its own process's pidfd per action.
     func members(of app: ProcessIdentity, uid: UInt32, visit: ((Pidfd) -> Bool)? = nil) -> [Pidfd] {
         guard let root = root(app) else { return [] }
         if let unit = unit(app) { return members(of: unit, uid: uid) }
@@ -306,7 +306,7 @@ final class Enforcer {
             return followedMembers(of: app, root: root, next: [root] + followed, known: &known, owner: owner,
                                    excluded: &left, visit: visit)
         }
-        let guarded: (Pidfd) -> Void = { if $0.pid != own { _ = visit?($0) } }
+        let guarded = visit.map { visit in { (pidfd: Pidfd) in pidfd.pid == own || visit(pidfd) } }
         return ProcessTree.members(of: root, owner: owner, excluded: &left, unreached: &unopened, visit: guarded)
             .filter { $0.pid != own }
     }

@@ -33,11 +33,14 @@ public enum ProcessTree {
     /// parent's list by the time the signal is sent fails and is restarted once the parent is
     /// continued (`copy_process` checks for a pending signal under the lock that links the
     /// child), so every child the stopped parent will ever have had is in the list read after.
+    /// It returns whether the process is still there (a signal sent through its pidfd says so,
+    /// `Pidfd.trySend`): one that is not is no member, and the root's pidfd is then not polled
+    /// first (a poll per app suspended). A zombie takes a signal: visited, it counts as there.
     public static func members(of root: Pidfd, owner: UInt32?, excluded: inout [Int32], unreached: inout [Int32],
-                               visit: (Pidfd) -> Void = { _ in }) -> [Pidfd] {
-        guard !root.hasExited else { return [] }
+                               visit: ((Pidfd) -> Bool)? = nil) -> [Pidfd] {
+        if visit == nil, root.hasExited { return [] }
         if let owner, !belongs(root, to: owner) {
-            excluded.append(root.pid)
+            if !root.hasExited { excluded.append(root.pid) }
             return []
         }
         let scan: [Int32: [Int32]]? = supportsChildrenFiles ? nil : scanParents()
@@ -45,7 +48,11 @@ public enum ProcessTree {
         var index = 0
         while index < result.count {
             let parent = result[index]
-            visit(parent)
+            if let visit, !visit(parent) {
+                // Gone (reaped) since it was found: neither a member nor a parent.
+                result.remove(at: index)
+                continue
+            }
             guard let listed = scan?[parent.pid] ?? children(of: parent.pid) else {
                 unreached.append(parent.pid)
                 index += 1
@@ -123,29 +130,45 @@ public enum ProcessTree {
     }()
 
     /// The children of every thread of `pid`; `nil` if they could not be read for want of
-    /// descriptors. On the path of every suspension of every app: the thread ids come from
-    /// `getdents64(2)` and the pids from the bytes, with no `String` per name (`opendir`
-    /// costs an `fstat` more, and a string per entry).
-    static func children(of pid: Int32) -> [Int32]? {
+    /// descriptors. On the path of every suspension of every app: `/proc/PID/task` is held
+    /// while its threads' lists are opened through it (`openat` of `TID/children`: a lookup of
+    /// two names, not of five, each checking the process again), the thread ids come from
+    /// `getdents64(2)` and the pids from the bytes, with no `String` for a path or a name
+    /// (`opendir` costs an `fstat` more, and a string per entry).
+    /// (`readSize`: for tests, a number split between reads.)
+    static func children(of pid: Int32, readSize: Int = 4096) -> [Int32]? {
+        let task = withPath({ $0.append("/proc/"); $0.append(pid); $0.append("/task") }) {
+            open($0, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        }
+        guard task >= 0 else { return Errno.current("open").isShortage ? nil : [] }
+        defer { Glibc.close(task) }
         var result: [Int32] = []
-        guard let threads = numberedEntries("/proc/\(pid)/task") else { return nil }
-        for thread in threads {
-            let bytes: [UInt8]
-            do {
-                bytes = try readFile("/proc/\(pid)/task/\(thread)/children", shortReadEnds: true)
-            } catch {
-                if error.isShortage { return nil }
-                continue
+        for thread in numberedEntries(of: task) {
+            let fd = withPath({ $0.append(thread); $0.append("/children") }) { openat(task, $0, O_RDONLY | O_CLOEXEC) }
+            guard fd >= 0 else {
+                if Errno.current("open").isShortage { return nil }
+                continue  // the thread is gone
             }
+            defer { Glibc.close(fd) }
+            // Pids separated by spaces, read 4 KiB at a time (a number may straddle two reads)
+            // until a read is short: the kernel fills what it is asked for while it has more.
             var value: Int32 = 0, digits = 0
-            for byte in bytes {
-                if byte >= 0x30, byte <= 0x39, digits < 9 {
-                    value = value * 10 + Int32(byte - 0x30)
-                    digits += 1
-                } else {
-                    if digits > 0 { result.append(value) }
-                    value = 0
-                    digits = 0
+            withUnsafeTemporaryAllocation(of: UInt8.self, capacity: readSize) { buffer in
+                while true {
+                    let count = read(fd, buffer.baseAddress, buffer.count)
+                    if count < 0, errno == EINTR { continue }
+                    guard count > 0 else { return }
+                    for byte in buffer[..<count] {
+                        if byte >= 0x30, byte <= 0x39, digits < 9 {
+                            value = value * 10 + Int32(byte - 0x30)
+                            digits += 1
+                        } else {
+                            if digits > 0 { result.append(value) }
+                            value = 0
+                            digits = 0
+                        }
+                    }
+                    if count < buffer.count { return }
                 }
             }
             if digits > 0 { result.append(value) }
@@ -153,12 +176,37 @@ public enum ProcessTree {
         return result
     }
 
-    /// The names in a directory that are numbers (pids, thread ids), read with `getdents64`;
-    /// `nil` if it could not be opened for want of descriptors (none if it is gone).
-    static func numberedEntries(_ path: String) -> [Int32]? {
-        let fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard fd >= 0 else { return Errno.current("open").isShortage ? nil : [] }
-        defer { Glibc.close(fd) }
+    /// A path of at most 63 bytes built in place (`/proc/PID/task`, `TID/children`), NUL
+    /// ended, for `body`.
+    private struct PathBuilder {
+        let bytes: UnsafeMutableBufferPointer<CChar>
+        var count = 0
+        mutating func append(_ text: StaticString) {
+            text.withUTF8Buffer { for byte in $0 where count < bytes.count - 1 { bytes[count] = CChar(bitPattern: byte); count += 1 } }
+        }
+        mutating func append(_ number: Int32) {
+            var place: Int32 = 1
+            while number / place >= 10 { place *= 10 }
+            while place > 0, count < bytes.count - 1 {
+                bytes[count] = CChar(0x30 + (number / place) % 10)
+                count += 1
+                place /= 10
+            }
+        }
+    }
+
+    private static func withPath<T>(_ build: (inout PathBuilder) -> Void, _ body: (UnsafePointer<CChar>) -> T) -> T {
+        withUnsafeTemporaryAllocation(of: CChar.self, capacity: 64) { bytes in
+            var path = PathBuilder(bytes: bytes)
+            build(&path)
+            bytes[path.count] = 0
+            return body(UnsafePointer(bytes.baseAddress!))
+        }
+    }
+
+    /// The names that are numbers (pids, thread ids) in the directory open at `fd`, read with
+    /// `getdents64`.
+    static func numberedEntries(of fd: Int32) -> [Int32] {
         var result: [Int32] = []
         var done = false
         withUnsafeTemporaryAllocation(byteCount: 4096, alignment: 8) { buffer in

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-import BGTaskSystem
+@testable import BGTaskSystem
 import Glibc
 import Testing
 import TestSupport
@@ -144,6 +144,42 @@ import TestSupport
         // Asked afterwards, a member's start time is its own.
         let child = try #require(members.first { $0.pid != root.pid })
         #expect(child.startTime == (try ProcStat.read(pid: child.pid)).startTime && child.inode != 0)
+    }
+
+    /// A list of children is read a piece at a time until a read comes back short: a pid
+    /// split between two reads is still one pid (read 7 bytes at a time here; 4 KiB, some
+    /// 680 children, in the daemon).
+    @Test func aListOfChildrenSplitBetweenReadsIsWhole() throws {
+        let root = try Spawned("/bin/sh", ["-c", "for i in $(seq 20); do sleep 60 & done; echo ready; wait"])
+        defer { root.killTree() }
+        try root.expectLine("ready")
+        try waitUntil("20 children") { processTree(of: root.pidfd).count == 21 }
+        let expected = processTree(of: root.pidfd).map(\.pid).filter { $0 != root.pid }.sorted()
+        for size in [1, 2, 7, 4096] {
+            #expect(ProcessTree.children(of: root.pid, readSize: size)?.sorted() == expected, "read \(size) bytes at a time")
+        }
+    }
+
+    /// A walk that visits each member learns from the visit whether it is still there (a
+    /// signal through its pidfd: `ESRCH` once reaped): a root gone is no app, and is neither
+    /// a member nor left out for its owner; a child gone is no member, and its children (none
+    /// now) are not read.
+    @Test func aVisitThatFindsAProcessGoneLeavesItOut() throws {
+        let root = try Spawned("/bin/sh", ["-c", "sleep 60 & sleep 60 & echo ready; wait"])
+        defer { root.killTree() }
+        try root.expectLine("ready")
+        try waitUntil("two children") { processTree(of: root.pidfd).count == 3 }
+        var excluded: [Int32] = [], unreached: [Int32] = []
+        let none = ProcessTree.members(of: root.pidfd, owner: getuid(), excluded: &excluded, unreached: &unreached) { _ in false }
+        #expect(none.isEmpty && excluded.isEmpty && unreached.isEmpty)
+        let child = try #require(processTree(of: root.pidfd).first { $0.pid != root.pid }?.pid)
+        var visited: [Int32] = []
+        let members = ProcessTree.members(of: root.pidfd, owner: getuid(), excluded: &excluded, unreached: &unreached) {
+            visited.append($0.pid)
+            return $0.pid != child
+        }
+        #expect(members.count == 2 && !members.contains { $0.pid == child } && members.first?.pid == root.pid)
+        #expect(visited.count == 3 && excluded.isEmpty)
     }
 
     /// A child that has exited and not been reaped (a zombie) is no member.
