@@ -330,6 +330,31 @@ static inline int bgtask_logind_session_state(sd_bus *bus, const char *path, int
     return r;
 }
 
+/* What a session's PropertiesChanged (`m`, unread) says of LockedHint and Active: the values it
+ * carries (logind sends both with their values, EMITS_CHANGE) into `locked` and `active`, with
+ * bit 1 set for LockedHint and bit 2 for Active; bit 4 if either is only named as invalidated
+ * (its value then has to be read). 0 for another interface's. Returns the bits or -errno. */
+static inline int bgtask_logind_changed(sd_bus_message *m, int *locked, int *active) {
+    const char *interface = NULL, *name = NULL;
+    int found = 0;
+    int r = sd_bus_message_read(m, "s", &interface);
+    if (r < 0) return r;
+    if (strcmp(interface, "org.freedesktop.login1.Session") != 0) return 0;
+    r = sd_bus_message_enter_container(m, 'a', "{sv}");
+    while (r >= 0 && (r = sd_bus_message_enter_container(m, 'e', "sv")) > 0) {
+        r = sd_bus_message_read(m, "s", &name);
+        int *into = r < 0 ? NULL : strcmp(name, "LockedHint") == 0 ? locked : strcmp(name, "Active") == 0 ? active : NULL;
+        if (r >= 0) r = into ? sd_bus_message_read(m, "v", "b", into) : sd_bus_message_skip(m, "v");
+        if (r >= 0 && into) found |= into == locked ? 1 : 2;
+        if (r >= 0) r = sd_bus_message_exit_container(m);
+    }
+    if (r >= 0) r = sd_bus_message_exit_container(m);
+    if (r >= 0) r = sd_bus_message_enter_container(m, 'a', "s");
+    while (r >= 0 && (r = sd_bus_message_read(m, "s", &name)) > 0)
+        if (strcmp(name, "LockedHint") == 0 || strcmp(name, "Active") == 0) found |= 4;
+    return r < 0 ? r : found;
+}
+
 /* Calls `callback` on every PropertiesChanged of the session at `path` (and on logind's
  * restart, NameOwnerChanged is not needed: the match stays). Returns 0 or -errno. */
 static inline int bgtask_logind_watch(sd_bus *bus, const char *path, sd_bus_message_handler_t callback, void *userdata) {
