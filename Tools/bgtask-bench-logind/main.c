@@ -9,13 +9,15 @@
  *   bgtask-bench-logind N
  *
  * With --lock, the session lock: ROUNDS times, the session's LockedHint set (as a screen
- * locker sets it) and the time until every one of the PIDs (the session's apps, which
- * bgtask-session suspends through bgtaskd) is stopped, read from /proc/PID/stat; then the
- * hint cleared and every one running again. Then the baseline, the same ROUNDS on the same
- * processes: SIGSTOP sent to each through a pidfd opened before, timed the same way until
- * every one is stopped, then SIGCONT. Prints "lock MS" and "loop MS" lines.
+ * locker sets it) and the time until every one of the PIDs (every process of the session's
+ * apps, which bgtask-session suspends through bgtaskd: the first ROOTS are the windows' own,
+ * the rest their descendants) is stopped, read from /proc/PID/stat; then the hint cleared and
+ * every one running again. Then the baseline, the same ROUNDS on the same processes: SIGSTOP
+ * sent to each through a pidfd opened before, timed the same way until every one is stopped,
+ * then SIGCONT; and the same for the ROOTS alone. Prints "lock MS", "loop MS" and "roots MS"
+ * lines.
  *
- *   bgtask-bench-logind --lock SESSION-PATH ROUNDS PID...
+ *   bgtask-bench-logind --lock SESSION-PATH ROUNDS ROOTS PID...
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,7 +95,22 @@ static int set_locked(sd_bus *bus, const char *session, int locked) {
  * before the next lock, so that a round measures the lock, not that. */
 static const useconds_t settle = 500000;
 
-static int lock_rounds(const char *session, int rounds, const int *pids, int count) {
+/* ROUNDS of SIGSTOP through `pidfds` to the first `count`, timed until all are stopped, then
+ * SIGCONT; each printed as "LABEL MS". */
+static int loop_rounds(const char *label, int rounds, const int *pids, const int *pidfds, int count) {
+    for (int round = 0; round < rounds; round++) {
+        double start = now_us();
+        for (int i = 0; i < count; i++) syscall(SYS_pidfd_send_signal, pidfds[i], SIGSTOP, NULL, 0);
+        if (await_all(pids, count, 1) < 0) return 1;
+        printf("%s %.3f\n", label, (now_us() - start) / 1e3);
+        for (int i = 0; i < count; i++) syscall(SYS_pidfd_send_signal, pidfds[i], SIGCONT, NULL, 0);
+        if (await_all(pids, count, 0) < 0) return 1;
+        usleep(settle);
+    }
+    return 0;
+}
+
+static int lock_rounds(const char *session, int rounds, const int *pids, int count, int roots) {
     sd_bus *bus = NULL;
     if (sd_bus_open_system(&bus) < 0) { fprintf(stderr, "cannot connect to the system bus\n"); return 1; }
     for (int round = 0; round < rounds; round++) {
@@ -111,24 +128,16 @@ static int lock_rounds(const char *session, int rounds, const int *pids, int cou
         pidfds[i] = pids[i] > 1 ? (int)syscall(SYS_pidfd_open, pids[i], 0) : -1;
         if (pidfds[i] < 0) { fprintf(stderr, "pidfd_open(%d) failed\n", pids[i]); return 1; }
     }
-    for (int round = 0; round < rounds; round++) {
-        double start = now_us();
-        for (int i = 0; i < count; i++) syscall(SYS_pidfd_send_signal, pidfds[i], SIGSTOP, NULL, 0);
-        if (await_all(pids, count, 1) < 0) return 1;
-        printf("loop %.3f\n", (now_us() - start) / 1e3);
-        for (int i = 0; i < count; i++) syscall(SYS_pidfd_send_signal, pidfds[i], SIGCONT, NULL, 0);
-        if (await_all(pids, count, 0) < 0) return 1;
-        usleep(settle);
-    }
-    return 0;
+    return loop_rounds("loop", rounds, pids, pidfds, count) || loop_rounds("roots", rounds, pids, pidfds, roots);
 }
 
 int main(int argc, char **argv) {
-    if (argc > 3 && strcmp(argv[1], "--lock") == 0) {
-        int count = argc - 4;
+    if (argc > 4 && strcmp(argv[1], "--lock") == 0) {
+        int count = argc - 5, roots = atoi(argv[4]);
+        if (roots < 1 || roots > count) { fprintf(stderr, "ROOTS must be 1 to the number of PIDs\n"); return 2; }
         int *pids = calloc((size_t)count + 1, sizeof *pids);
-        for (int i = 0; i < count; i++) pids[i] = atoi(argv[4 + i]);
-        return lock_rounds(argv[2], atoi(argv[3]), pids, count);
+        for (int i = 0; i < count; i++) pids[i] = atoi(argv[5 + i]);
+        return lock_rounds(argv[2], atoi(argv[3]), pids, count, roots);
     }
     int count = argc > 1 ? atoi(argv[1]) : 1000;
     sd_bus *bus = NULL;
