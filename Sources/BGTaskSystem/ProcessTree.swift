@@ -151,13 +151,15 @@ public enum ProcessTree {
             }
             defer { Glibc.close(fd) }
             // Pids separated by spaces, read 4 KiB at a time (a number may straddle two reads)
-            // until a read is short: the kernel fills what it is asked for while it has more.
-            var value: Int32 = 0, digits = 0
+            // until a read is short (the kernel fills what it is asked for while it has more),
+            // at most `maximumListBytes` of them.
+            var value: Int32 = 0, digits = 0, total = 0
             withUnsafeTemporaryAllocation(of: UInt8.self, capacity: readSize) { buffer in
-                while true {
+                while total < maximumListBytes {
                     let count = read(fd, buffer.baseAddress, buffer.count)
                     if count < 0, errno == EINTR { continue }
                     guard count > 0 else { return }
+                    total += count
                     for byte in buffer[..<count] {
                         if byte >= 0x30, byte <= 0x39, digits < 9 {
                             value = value * 10 + Int32(byte - 0x30)
@@ -175,6 +177,10 @@ public enum ProcessTree {
         }
         return result
     }
+
+    /// The most of one thread's list of children read (about 150,000 pids), as `readFile`
+    /// reads at most: a walk's memory stays bounded whatever a process forks.
+    static let maximumListBytes = 1 << 20
 
     /// A path of at most 63 bytes built in place (`/proc/PID/task`, `TID/children`), NUL
     /// ended, for `body`.
