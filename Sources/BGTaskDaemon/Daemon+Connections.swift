@@ -267,7 +267,7 @@ extension Daemon {
     /// A message as a call: a hot method's straight from its bytes when it can be
     /// (`FlatCall`, `HotCall`), else through `JSON` (which says what is wrong with it).
     static func decode(_ message: ArraySlice<UInt8>) throws -> Request {
-        let hot = message.withUnsafeBufferPointer { bytes in FlatCall(bytes).flatMap { HotCall(flat: $0, in: bytes) } }
+        let hot = message.withUnsafeBufferPointer { HotCall(flat: $0) }
         if let hot { return .hot(hot) }
         return .general(try VarlinkCall(message: JSON.parse(message)))
     }

@@ -18,8 +18,53 @@ enum HotMethod: CaseIterable {
         }
     }
 
+    /// The parameters it takes (`HotField.bit`s).
+    var fields: UInt8 {
+        switch self {
+        case .beginTask: HotField.name.bit | HotField.expirationHandler.bit
+        case .endTask: HotField.taskId.bit
+        case .getTimeRemaining: 0
+        case .setAppState: HotField.pid.bit | HotField.unit.bit | HotField.state.bit | HotField.reason.bit
+        }
+    }
+
     /// The qualified names' bytes, to compare with a message's.
     static let names: [(bytes: [UInt8], method: HotMethod)] = allCases.map { (Array($0.method.qualified.utf8), $0) }
+}
+
+/// A parameter of a hot method, by name.
+enum HotField: UInt8 {
+    case name, expirationHandler, taskId, pid, unit, state, reason
+
+    var bit: UInt8 { 1 << rawValue }
+
+    var name: StaticString {
+        switch self {
+        case .name: "name"
+        case .expirationHandler: "expirationHandler"
+        case .taskId: "taskId"
+        case .pid: "pid"
+        case .unit: "unit"
+        case .state: "state"
+        case .reason: "reason"
+        }
+    }
+
+    /// The field `key` names, if a hot method has one so named.
+    init?(named key: UnsafeBufferPointer<UInt8>) {
+        // By length, then one comparison.
+        let field: HotField
+        switch key.count {
+        case 3: field = .pid
+        case 4: field = key[0] == UInt8(ascii: "n") ? .name : .unit
+        case 5: field = .state
+        case 6: field = key[0] == UInt8(ascii: "t") ? .taskId : .reason
+        case 17: field = .expirationHandler
+        default: return nil
+        }
+        guard memcmp(key.baseAddress!, field.name.utf8Start, key.count) == 0 else { return nil }
+        self = field
+    }
 }
 
 /// A hot method's call with its fields. Decoded straight from a message's bytes
@@ -62,45 +107,45 @@ struct HotCall {
     /// A flat call (`FlatCall`) to a hot method whose parameters are all it takes, each of
     /// the right type: anything else (another method, a stray or mistyped parameter, pid
     /// and unit both) is `nil`, for the general path to answer.
-    init?(flat call: FlatCall, in bytes: UnsafeBufferPointer<UInt8>) {
+    init?(flat bytes: UnsafeBufferPointer<UInt8>) {
+        func text(_ range: Range<Int>) -> String { String(decoding: UnsafeBufferPointer(rebasing: bytes[range]), as: UTF8.self) }
+        // Each parameter is read into its field as the message is read, before its method
+        // is known (it may come last); `given` says which were, for the method's check.
+        // `FlatCall` gives each name once.
+        var given: UInt8 = 0
+        var name: String?, unit: String?, state: String?, reason: String?
+        var taskId: Int64?, pid: Int64?, expirationHandler: Bool?
+        let flat = FlatCall(bytes) { key, value in
+            guard let field = HotField(named: key) else { return false }
+            given |= field.bit
+            switch (field, value) {
+            case (.name, .null), (.expirationHandler, .null), (.pid, .null), (.unit, .null), (.reason, .null): break
+            case let (.name, .string(range)): name = text(range)
+            case let (.expirationHandler, .bool(flag)): expirationHandler = flag
+            case let (.taskId, .int(id)): taskId = id
+            case let (.pid, .int(number)): pid = number
+            case let (.unit, .string(range)): unit = text(range)
+            case let (.state, .string(range)): state = text(range)
+            case let (.reason, .string(range)): reason = text(range)
+            default: return false
+            }
+            return true
+        }
+        guard let call = flat else { return nil }
         let qualified = UnsafeBufferPointer(rebasing: bytes[call.method])
         // Lengths first: every name begins "io.bgtaskd.", a byte-by-byte look went that far.
         guard let method = HotMethod.names.first(where: { entry in
             entry.bytes.count == qualified.count
                 && entry.bytes.withUnsafeBufferPointer { memcmp($0.baseAddress!, qualified.baseAddress!, qualified.count) == 0 }
-        })?.method else { return nil }
-        func text(_ range: Range<Int>) -> String { String(decoding: UnsafeBufferPointer(rebasing: bytes[range]), as: UTF8.self) }
-        func named(_ key: UnsafeBufferPointer<UInt8>, _ name: StaticString) -> Bool {
-            key.count == name.utf8CodeUnitCount && key.elementsEqual(UnsafeBufferPointer(start: name.utf8Start, count: key.count))
-        }
-        var fields: Fields?
-        // Each parameter is read into its field; `FlatCall` gave each name once.
-        var name: String?, unit: String?, state: String?, reason: String?
-        var int: Int64?  // EndTask: taskId; SetAppState: pid
-        var bool: Bool?
-        let understood = call.forEachParameter(in: bytes) { key, value in
-            switch (method, value) {
-            case (.beginTask, .null): return named(key, "name") || named(key, "expirationHandler")
-            case let (.beginTask, .string(range)) where named(key, "name"): name = text(range)
-            case let (.beginTask, .bool(flag)) where named(key, "expirationHandler"): bool = flag
-            case let (.endTask, .int(id)) where named(key, "taskId"): int = id
-            case (.setAppState, .null): return named(key, "pid") || named(key, "unit") || named(key, "reason")
-            case let (.setAppState, .int(pid)) where named(key, "pid"): int = pid
-            case let (.setAppState, .string(range)) where named(key, "unit"): unit = text(range)
-            case let (.setAppState, .string(range)) where named(key, "state"): state = text(range)
-            case let (.setAppState, .string(range)) where named(key, "reason"): reason = text(range)
-            default: return false
-            }
-            return true
-        }
-        guard understood else { return nil }
+        })?.method, given & ~method.fields == 0 else { return nil }
+        let fields: Fields?
         switch method {
-        case .beginTask: fields = .beginTask(name: name, expirationHandler: bool)
-        case .endTask: fields = int.map { .endTask(taskId: $0) }
-        case .getTimeRemaining: fields = call.parameters.isEmpty ? .getTimeRemaining : nil
+        case .beginTask: fields = .beginTask(name: name, expirationHandler: expirationHandler)
+        case .endTask: fields = taskId.map { .endTask(taskId: $0) }
+        case .getTimeRemaining: fields = .getTimeRemaining
         case .setAppState:
             guard let state else { return nil }
-            switch (int, unit) {
+            switch (pid, unit) {
             case let (pid?, nil) where pid > 0 && pid <= Int64(Int32.max):
                 fields = .setAppState(target: .pid(Int32(pid)), state: state, reason: reason)
             case let (nil, unit?): fields = .setAppState(target: .unit(unit), state: state, reason: reason)

@@ -18,6 +18,8 @@ import Varlink
          .beginTask(name: nil, expirationHandler: nil)),
         (#"{"method":"io.bgtaskd.App.EndTask","parameters":{"taskId":7},"oneway":true}"#, .endTask(taskId: 7)),
         (#"{"method":"io.bgtaskd.App.EndTask","parameters":{"taskId":-5}}"#, .endTask(taskId: -5)),
+        // The parameters are read before the method is known.
+        (#"{"parameters":{"taskId":3},"more":false,"method":"io.bgtaskd.App.EndTask"}"#, .endTask(taskId: 3)),
         (#"{"method":"io.bgtaskd.App.GetTimeRemaining","parameters":{}}"#, .getTimeRemaining),
         (#"{"method":"io.bgtaskd.Manager.SetAppState","parameters":{"pid":42,"state":"background","reason":"locked"}}"#,
          .setAppState(target: .pid(42), state: "background", reason: "locked")),
@@ -47,6 +49,15 @@ import Varlink
         #"{"method":"io.bgtaskd.App.BeginTask","parameters":{"name":5}}"#,
         #"{"method":"io.bgtaskd.App.BeginTask","parameters":{"expirationHandler":"yes"}}"#,
         #"{"method":"io.bgtaskd.App.BeginTask","parameters":{"name":"caf\u00e9"}}"#,  // valid, decoded in general
+        // Another hot method's parameter, with the method before or after it.
+        #"{"method":"io.bgtaskd.App.BeginTask","parameters":{"taskId":1}}"#,
+        #"{"parameters":{"name":"x","state":"background"},"method":"io.bgtaskd.App.BeginTask"}"#,
+        #"{"method":"io.bgtaskd.App.EndTask","parameters":{"taskId":1,"reason":null}}"#,
+        #"{"method":"io.bgtaskd.App.GetTimeRemaining","parameters":{"pid":null}}"#,
+        #"{"method":"io.bgtaskd.Manager.SetAppState","parameters":{"pid":1,"state":"background","expirationHandler":true}}"#,
+        // As long as a parameter's name, not it.
+        #"{"method":"io.bgtaskd.App.BeginTask","parameters":{"nane":"x"}}"#,
+        #"{"method":"io.bgtaskd.App.EndTask","parameters":{"taskIe":1}}"#,
         #"{"method":"io.bgtaskd.App.EndTask","parameters":{}}"#,
         #"{"method":"io.bgtaskd.App.EndTask","parameters":{"taskId":null}}"#,
         #"{"method":"io.bgtaskd.App.EndTask","parameters":{"taskId":"1"}}"#,

@@ -51,6 +51,7 @@ import Varlink
         #"{"method":"a.b.C","parameters":{"x":"a\"b"}}"#,
         #"{"method":"a.b.C","parameters":{"x":"\u00e9"}}"#,
         "{\"method\":\"a.b.C\",\"parameters\":{\"x\":\"é\"}}",
+        #"{"method":"a.b.C","parameters":{"x\u0041":1}}"#,  // an escape in a name
         #"{"method":"a.b.\u0043"}"#,
         #"{"method":"a.b.C","parameters":{"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"h":8,"i":9}}"#,
         #"{"method":"a.b.C","more":1}"#,
@@ -65,6 +66,7 @@ import Varlink
         #"{"method":"a.b.C","parameters":{"x":-}}"#, #"{"method":"a.b.C","parameters":{"x":tru}}"#,
         #"{"method":"a.b.C","parameters":{"x":1,}}"#, #"{"method":"a.b.C","parameters":{,}}"#,
         "{\"method\":\"a.b\u{01}C\"}", #"{"method":"a.b.C" "more":true}"#, #"{"parameters":{}}"#,
+        "{\"method\":\"a.b.C\",\"parameters\":{\"x\":\"\u{1F}\"}}", #"{"method":"a.b.C","parameters":{"x":"ab"#,
     ]
 
     @Test func itGivesUpOnAnythingElse() {
