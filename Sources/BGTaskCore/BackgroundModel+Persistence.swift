@@ -155,28 +155,32 @@ extension BackgroundModel {
     /// What changed since the last call: the daemon writes these before it carries out the
     /// effects, so what is on disk is never behind what was done to a process.
     public mutating func takeChanges() -> (processes: [SavedProcessChange], tasks: [SavedTaskChange]) {
+        var processes: [SavedProcessChange] = []
+        var tasks: [SavedTaskChange] = []
+        takeChanges(process: { processes.append($0) }, task: { tasks.append($0) })
+        return (processes, tasks)
+    }
+
+    /// The same, each change handed over as it is read: the daemon writes them out without
+    /// the two arrays (an allocation and a free on every call's pass, callgrind).
+    public mutating func takeChanges(process: (SavedProcessChange) -> Void, task: (SavedTaskChange) -> Void) {
         // Plain loops over records read where they lie: closures over `self` here were handed
         // a copy of the whole model, and the getter a copy of each record (callgrind: ~5,000
         // instructions per app backgrounded).
-        var processes: [SavedProcessChange] = []
-        processes.reserveCapacity(apps.changedCount)
         for identity in apps.changedKeys {
             if let app = apps.peek(identity, { Self.saved($0) }) {
-                processes.append(.app(app))
+                process(.app(app))
             } else if let termination = terminating[identity] {
-                processes.append(.terminating(identity, termination))
+                process(.terminating(identity, termination))
             } else {
-                processes.append(.gone(identity))
+                process(.gone(identity))
             }
         }
-        var tasks: [SavedTaskChange] = []
-        tasks.reserveCapacity(self.tasks.changedCount)
         for id in self.tasks.changedKeys {
-            tasks.append(self.tasks.peek(id, { Self.saved($0) }).map { .task($0) } ?? .gone(id))
+            task(self.tasks.peek(id, { Self.saved($0) }).map { .task($0) } ?? .gone(id))
         }
         apps.clearChanges()
         self.tasks.clearChanges()
-        return (processes, tasks)
     }
 
     /// Everything, for rewriting the state file from scratch.

@@ -68,7 +68,9 @@ extension Daemon {
     func writeState() {
         // The model's reads in place (`inPlace`): this runs in every pass.
         guard inPlace({ $0.hasUnsavedChanges }) || stateFile.hasPendingRecords || !stateFile.isOpen || !stateWritable else { return }
-        stateFile.record(model.takeChanges(), nextTaskID: inPlace { $0.nextTaskIdentifier })
+        let stateFile = stateFile
+        model.takeChanges(process: { stateFile.record($0) }, task: { stateFile.record($0) })
+        stateFile.record(nextTaskID: inPlace { $0.nextTaskIdentifier })
         stateFile.record(quota: model.takeQuotaChanges())
         stateFile.record(requests: model.takeRequestChanges())
         do {

@@ -179,27 +179,31 @@ final class StateFile {
     /// Whether something recorded is still to be flushed.
     var hasPendingRecords: Bool { !pending.isEmpty }
 
-    /// Notes the model's changes (and new history entries); `flush()` writes them.
-    func record(_ changes: (processes: [SavedProcessChange], tasks: [SavedTaskChange]), nextTaskID: TaskID) {
-        for change in changes.processes {
-            switch change {
-            case let .app(app): appendApp(app)
-            case let .terminating(process, termination):
-                var object = Self.fields(process)
-                object["killAt"] = .int(termination.killAt.nanoseconds)
-                object["uid"] = .int(Int64(termination.uid))
-                append("terminating", .object(object))
-            case let .gone(process): append("gone", .object(Self.fields(process)))
-            }
+    /// Notes one of the model's changes to an app (`flush()` writes what was noted).
+    func record(_ change: SavedProcessChange) {
+        switch change {
+        case let .app(app): appendApp(app)
+        case let .terminating(process, termination):
+            var object = Self.fields(process)
+            object["killAt"] = .int(termination.killAt.nanoseconds)
+            object["uid"] = .int(Int64(termination.uid))
+            append("terminating", .object(object))
+        case let .gone(process): append("gone", .object(Self.fields(process)))
         }
-        for change in changes.tasks {
-            switch change {
-            case let .task(task): appendTask(task)
-            case let .gone(id):
-                raw("{\"taskGone\":"); number(Int64(id)); raw("}\n")
-                linesSinceRewrite += 1
-            }
+    }
+
+    /// Notes a task record.
+    func record(_ change: SavedTaskChange) {
+        switch change {
+        case let .task(task): appendTask(task)
+        case let .gone(id):
+            raw("{\"taskGone\":"); number(Int64(id)); raw("}\n")
+            linesSinceRewrite += 1
         }
+    }
+
+    /// Notes the next task id to be given, when it is past the block of ids reserved.
+    func record(nextTaskID: TaskID) {
         // Ids are reserved a block at a time, so a BeginTask costs no extra line: a restart
         // goes on from the end of the block, and an id is never given out twice.
         if nextTaskID > lastNextTaskID {
@@ -351,8 +355,9 @@ final class StateFile {
         header.withUnsafeBytes { pending.append($0) }
         for entry in history { record(entry) }
         // The whole state is every record changed at once.
-        record((state.apps.values.map { .app($0) } + state.terminating.map { .terminating($0, $1) },
-                state.tasks.values.map { .task($0) }), nextTaskID: 0)
+        for app in state.apps.values { record(.app(app)) }
+        for (process, termination) in state.terminating { record(.terminating(process, termination)) }
+        for task in state.tasks.values { record(.task(task)) }
         record(quota: state.quota.keys.sorted().map { ($0, state.quota[$0]!) })
         record(requests: state.requests.keys.sorted().map { ($0, state.requests[$0]) })
         lastNextTaskID = max(lastNextTaskID, state.nextTaskID)
