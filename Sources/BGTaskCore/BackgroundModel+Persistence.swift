@@ -261,7 +261,7 @@ extension BackgroundModel {
                                     state: task.state, grantAt: task.grantAt, ageWarned: task.ageWarned)
             let watched = needsWatch(task.owner)
             tasks[task.id] = record
-            tasksPerUID[uid, default: 0] += 1
+            tasksPerUID[WordKey(uid), default: 0] += 1
             apps[unsaved: task.app]?.taskIDs.append(task.id)
             tasksByOwner.insert(task.id, under: task.owner)
             if task.connectionBound { tasksByConnection.insert(task.id, under: previousConnections) }

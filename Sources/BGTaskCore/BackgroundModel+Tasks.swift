@@ -30,7 +30,7 @@ extension BackgroundModel {
                               grantAt: now + (policy.map { drawGrantLatency($0.value.configuration) } ?? drawGrantLatency(configuration)))
         let watched = needsWatch(owner)
         tasks[id] = task
-        tasksPerUID[uid, default: 0] += 1
+        tasksPerUID[WordKey(uid), default: 0] += 1
         apps.update(app, saved: false) { $0.taskIDs.append(id) }
         tasksByOwner.insert(id, under: owner)
         if let connection { tasksByConnection.insert(id, under: connection) }
@@ -143,7 +143,7 @@ extension BackgroundModel {
            endedLaunches[task.app, default: []].count < Self.maximumEndedLaunches {
             endedLaunches[task.app, default: []].insert(launch.request.identifier)
         }
-        if let index = tasksPerUID.index(forKey: task.uid) {
+        if let index = tasksPerUID.index(forKey: WordKey(task.uid)) {
             tasksPerUID.values[index] -= 1
             if tasksPerUID.values[index] <= 0 { tasksPerUID.remove(at: index) }
         }

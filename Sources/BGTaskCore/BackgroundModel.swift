@@ -50,7 +50,7 @@ public struct BackgroundModel {
     /// can do on this machine (`tracked` with the process-events connector, else `tree`).
     public var processContainment: Containment = .tree
     /// Active tasks by the uid of their app (`MaxTasksPerUser`).
-    var tasksPerUID: [UInt32: Int] = [:]
+    var tasksPerUID: [WordKey<UInt32>: Int] = [:]  // one word hashed, not a Hasher (begun and ended on every pair)
     var tasksByConnection: [ConnectionID: TaskIDs] = [:]
     /// Processes sent a catchable terminate signal, and when their grace runs out (the
     /// `SIGKILL`). Changes are noted in `apps`, whose entry for the process is gone.
@@ -242,7 +242,7 @@ public struct BackgroundModel {
     /// Apps owned by `uid`.
     public func appCount(ownedBy uid: UInt32) -> Int { appsByUID[uid]?.count ?? 0 }
     /// Active tasks of the apps owned by `uid`.
-    public func taskCount(ownedBy uid: UInt32) -> Int { tasksPerUID[uid] ?? 0 }
+    public func taskCount(ownedBy uid: UInt32) -> Int { tasksPerUID[WordKey(uid)] ?? 0 }
     /// Apps of `uid` per state, for a status line that shows a user only its own.
     public func stateCounts(ownedBy uid: UInt32) -> [AppState: Int] {
         var counts: [AppState: Int] = [:]

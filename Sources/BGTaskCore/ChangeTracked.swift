@@ -89,6 +89,10 @@ extension Int: HashWord {
     var hashWord: UInt64 { UInt64(bitPattern: Int64(self)) }
 }
 
+extension UInt32: HashWord {
+    var hashWord: UInt64 { UInt64(self) }
+}
+
 /// A table's key, hashed by its `hashWord`. Task ids are the daemon's own, counted up, and
 /// identities come from the kernel: with the random key `seededHash` mixes in, a local user
 /// cannot line keys up in one bucket.
