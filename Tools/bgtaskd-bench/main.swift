@@ -40,6 +40,17 @@ if arguments.first == "--pairs", arguments.count >= 3, let count = Int(arguments
     }
     exit(0)
 }
+if arguments.first == "--throughput", arguments.count == 4, let clients = Int(arguments[2]), let seconds = Double(arguments[3]) {
+    // CLIENTS connections to SOCKET making Begin+End pairs for SECONDS, as the roundtrip
+    // section's throughput rows do: prints pairs/s and the clients' own CPU seconds (to
+    // profile one server at a time, or to weigh the clients' share of the machine).
+    let rate = try throughput(arguments[1], clients: clients, seconds: seconds)
+    var usage = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &usage)
+    let cpu = Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
+    print("\(format(rate, 0)) pairs/s, clients' CPU \(format(cpu, 3)) s")
+    exit(0)
+}
 if arguments.first == "--soak" {
     let apps = arguments.count > 3 && arguments[2] == "--apps" ? Int(arguments[3]) ?? 2000 : 2000
     try Soak.run(seconds: Double(arguments.count > 1 ? arguments[1] : "600") ?? 600, apps: apps)
