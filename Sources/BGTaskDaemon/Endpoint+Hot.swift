@@ -89,7 +89,7 @@ enum HotReply {
         case let .task(task, continues):
             raw(continues ? "{\"continues\":true,\"parameters\":{" : "{\"parameters\":{")
             if let reason = task.reason { raw("\"reason\":"); string(reason.rawValue); raw(",") }
-            raw("\"state\":"); string(task.state.rawValue)
+            raw("\"state\":"); raw(task.state.quoted)
             raw(",\"taskId\":"); out.appendInteger(Int64(task.id))
             raw("}}")
         case .empty:

@@ -282,7 +282,7 @@ final class StateFile {
         raw(",\"id\":"); number(Int64(task.id))
         raw(",\"name\":"); pending.appendString(task.name)
         raw(",\"owner\":"); identity(task.owner)
-        raw(",\"state\":"); pending.appendString(task.state.rawValue); raw("}}\n")
+        raw(",\"state\":"); raw(task.state.quoted); raw("}}\n")
         linesSinceRewrite += 1
         assert(pending.bytes(from: start) == Array((JSON.object(["task": Self.encode(task)]).serialized + "\n").utf8))
     }

@@ -96,6 +96,11 @@ import Varlink
         }
     }
 
+    /// Every task state's text written directly is its general encoding.
+    @Test func everyTaskStateIsQuotedAsTheGeneralText() {
+        for state in TaskState.allCases { #expect("\(state.quoted)" == JSON.string(state.rawValue).serialized) }
+    }
+
     /// A listing's task is written without its dictionary, and reads as the general encoding.
     @Test(arguments: [
         (TaskState.granted, nil as TaskReason?, Duration.zero, true, "upload"),
