@@ -49,8 +49,9 @@ public struct BackgroundModel {
     /// How process apps (not units) registered from now on are contained: what the daemon
     /// can do on this machine (`tracked` with the process-events connector, else `tree`).
     public var processContainment: Containment = .tree
-    /// Active tasks by the uid of their app (`MaxTasksPerUser`).
-    var tasksPerUID: [WordKey<UInt32>: Int] = [:]  // one word hashed, not a Hasher (begun and ended on every pair)
+    /// Active tasks by the uid of their app (`MaxTasksPerUser`). Keyed by one word
+    /// (`WordKey`), not hashed by a `Hasher`: it changes with every BeginTask and EndTask.
+    var tasksPerUID: [WordKey<UInt32>: Int] = [:]
     var tasksByConnection: [ConnectionID: TaskIDs] = [:]
     /// Processes sent a catchable terminate signal, and when their grace runs out (the
     /// `SIGKILL`). Changes are noted in `apps`, whose entry for the process is gone.

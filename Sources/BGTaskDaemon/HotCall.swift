@@ -68,7 +68,7 @@ enum HotField: UInt8 {
 }
 
 /// A hot method's call with its fields. Decoded straight from a message's bytes
-/// (`init?(flat:in:)`: no dictionary, no `JSON` value, no hash), or from a general call's
+/// (`init?(flat:)`: no dictionary, no `JSON` value, no hash), or from a general call's
 /// parameters (`init(_:general:)`, which throws what the general path throws): either way
 /// it reaches the same handler (`Daemon.hotCall`), so the two cannot answer differently.
 struct HotCall {
