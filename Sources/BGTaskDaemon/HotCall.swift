@@ -38,7 +38,8 @@ enum HotField: UInt8 {
 
     var bit: UInt8 { 1 << rawValue }
 
-    var name: StaticString {
+    /// Its name in a call.
+    var key: StaticString {
         switch self {
         case .name: "name"
         case .expirationHandler: "expirationHandler"
@@ -62,7 +63,7 @@ enum HotField: UInt8 {
         case 17: field = .expirationHandler
         default: return nil
         }
-        guard memcmp(key.baseAddress!, field.name.utf8Start, key.count) == 0 else { return nil }
+        guard memcmp(key.baseAddress!, field.key.utf8Start, key.count) == 0 else { return nil }
         self = field
     }
 }
