@@ -73,17 +73,26 @@ extension Enforcer {
                 // was a fifth of the daemon's time in a burst of freezes: `perf`.)
                 freezerWatches[app] = try watch(cgroup, of: app, held: false)
             }
-            try cgroup.setFrozen(true, parents: parents)
+            try setFrozen(true, cgroup, of: app)
             note(app, (.freezer(cgroup), command, uid), at: now)
             // The kernel freezes asynchronously: confirmed by cgroup.events, or the bound passes.
             pendingFreezes[app] = PendingFreeze(cgroup: cgroup, command: command, uid: uid)
             schedule(.freeze(app), now + Self.freezeBound)
         } catch {
             log(.notice, "App \(app) (\(command)) cannot be frozen: \(error); suspending with SIGSTOP")
-            try? cgroup.setFrozen(false, parents: parents)
+            try? setFrozen(false, cgroup, of: app)
             stopTree(app, uid: uid)
             note(app, (.signals, command, uid), at: now)
         }
+    }
+
+    /// Freezes or thaws `cgroup`, the app's: through its held `cgroup.freeze` when it has one,
+    /// else opening the file from its parent's descriptor.
+    func setFrozen(_ frozen: Bool, _ cgroup: Cgroup, of app: ProcessIdentity) throws(Errno) {
+        if let watch = freezerWatches[app], let freeze = watch.freeze, watch.cgroup == cgroup {
+            return try Cgroup.setFrozen(frozen, through: freeze)
+        }
+        try cgroup.setFrozen(frozen, parents: parents)
     }
 
     /// `cgroup.events` of the app's cgroup, opened and added to the daemon's group.
@@ -96,18 +105,25 @@ extension Enforcer {
     }
 
     /// Holds a unit app's `cgroup.events` open and watched from now until it exits (or is no
-    /// app): its freezes then open `cgroup.freeze` alone (each open of a kernfs file walks
-    /// its path and allocates its file: the two opens were 29 % of the daemon's time in a
-    /// burst of 9,872 freezes, `perf`). The descriptor is one a freeze held anyway while the
-    /// app was suspended.
-    /// Without one (the open failed, the limit on descriptors), a freeze opens its own.
+    /// app), and its `cgroup.freeze` open for writing: its freezes and thaws then open no
+    /// file (each open of a kernfs file walks its path and allocates its file: the two opens
+    /// were 29 % of the daemon's time in a burst of 9,872 freezes, and the one left, with its
+    /// close, 20 %: `perf`). Two descriptors per unit app, beside its pidfd: the first is one
+    /// a freeze held anyway while the app was suspended.
+    /// Neither takes the last `spareDescriptors`; without them (or an open failed), a freeze
+    /// opens its own.
     func watchUnit(_ app: ProcessIdentity, path: String) {
         guard freezerWatches[app] == nil, let cgroup = Cgroup.at(path: path) else { return }
-        freezerWatches[app] = try? watch(cgroup, of: app, held: true)
-        // Looked up now, so that the first freeze's open finds `cgroup.freeze` in the dentry
-        // cache: a kernfs file's first lookup allocates its dentry and inode (20 µs for an
-        // open and close by path then, 12 after, in a loop over 5,000 new cgroups).
-        _ = try? cgroup.freezeOwner(parents: parents)
+        let room = Host.descriptorLimit - Self.spareDescriptors
+        guard var watch = try? watch(cgroup, of: app, held: true), watch.events.rawValue < room else {
+            // Looked up now, so that the first freeze's open finds `cgroup.freeze` in the
+            // dentry cache: a kernfs file's first lookup allocates its dentry and inode (20 µs
+            // for an open and close by path then, 12 after, in a loop over 5,000 new cgroups).
+            _ = try? cgroup.freezeOwner(parents: parents)
+            return
+        }
+        if let freeze = try? cgroup.openFreeze(parents: parents), freeze.rawValue < room { watch.freeze = freeze }
+        freezerWatches[app] = watch
     }
 
     /// The app is no longer watched (`unwatch`): its held `cgroup.events` is let go (when it
@@ -130,7 +146,7 @@ extension Enforcer {
         guard let pending = pendingFreezes.removeValue(forKey: app) else { return }
         if (try? pending.cgroup.isFrozen()) == true { return }
         log(.notice, "App \(app) (\(pending.command)): \(pending.cgroup.directory) not frozen within \(Self.freezeBound / 1_000_000)ms; suspending with SIGSTOP")
-        try? pending.cgroup.setFrozen(false, parents: parents)
+        try? setFrozen(false, pending.cgroup, of: app)
         stopTree(app, uid: pending.uid)
         note(app, (.signals, pending.command, pending.uid), at: now)
     }
@@ -161,6 +177,6 @@ extension Enforcer {
             freezerWatches[app]?.reported = true
             log(.warning, "App \(app) (\(record.command)) was thawed while suspended (\(cgroup.directory)/cgroup.freeze set to 0 by someone else, or its slice thawed); freezing it again")
         }
-        try? cgroup.setFrozen(true, parents: parents)
+        try? setFrozen(true, cgroup, of: app)
     }
 }

@@ -28,12 +28,16 @@ final class Enforcer {
     /// as it is suspended: to confirm the freeze, and to notice a thaw nobody asked bgtaskd
     /// for (the owner of a delegated unit writing `0` to its `cgroup.freeze`, systemd thawing
     /// a slice's units), which is undone as a stray `SIGCONT` is. A unit app's is `held`
-    /// from its watch to its exit (`watchUnit`): a freeze then opens one file, not two.
+    /// from its watch to its exit (`watchUnit`), with its `cgroup.freeze` (`freeze`): its
+    /// freezes and thaws then open no file.
     struct FreezerWatch {
         var cgroup: Cgroup
         var events: FileDescriptor
         var source: EventSource
         var held = false
+        /// A held watch's `cgroup.freeze`, open for writing (`nil` when there was no room for
+        /// it: `spareDescriptors`).
+        var freeze: FileDescriptor?
         /// Whether a thaw of this suspension was logged already (one line, not one per write).
         var reported = false
     }
@@ -65,6 +69,10 @@ final class Enforcer {
     /// of a unit app's processes (signals): a unit with more is frozen instead where it can
     /// be, and otherwise the processes in the others are not reached (logged).
     static let cgroupsPerLook = 64
+    /// The descriptors a unit app's held files (`watchUnit`) leave free below the limit: for
+    /// what must not fail for want of one (an app's pidfd, a connection, a walk). A held file
+    /// saves an open per freeze; one that takes the last descriptors costs a new app its watch.
+    static let spareDescriptors = min(1024, max(64, Host.descriptorLimit / 16))
 
     /// Where frozen apps' `cgroup.events` are watched: the daemon's group, handled a batch
     /// per pass. Each its own sd-event source, 2,000 apps freezing at once were 2,000 loop
@@ -186,12 +194,12 @@ final class Enforcer {
         let record = suspended[app]
         note(app, nil, at: now)
         if let pending = takePendingFreeze(of: app) {
-            try? pending.cgroup.setFrozen(false, parents: parents)
+            try? setFrozen(false, pending.cgroup, of: app)
         }
         var thawed = false
         if case let .freezer(cgroup)? = record?.method {
             do {
-                try cgroup.setFrozen(false, parents: parents)
+                try setFrozen(false, cgroup, of: app)
                 thawed = true
             } catch {
                 log(.warning, "App \(app): cannot thaw \(cgroup.directory): \(error)")
@@ -219,7 +227,7 @@ final class Enforcer {
         note(app, nil, at: now)
         _ = takePendingFreeze(of: app)
         if let whole {
-            try? whole.setFrozen(false, parents: parents)
+            try? setFrozen(false, whole, of: app)
             if signal == Signal.kill, (try? whole.kill()) != nil { return }
         }
         // Stop the whole tree first so nothing forks its way out, then thaw and signal.
@@ -254,8 +262,8 @@ final class Enforcer {
     /// The app's own process is gone: nothing is left to resume, except what a frozen
     /// cgroup would keep frozen with nobody left to thaw it (the rest of a unit).
     func forget(_ app: ProcessIdentity, at now: Int64) {
-        if case let .freezer(cgroup)? = suspended[app]?.method { try? cgroup.setFrozen(false, parents: parents) }
-        if let pending = takePendingFreeze(of: app) { try? pending.cgroup.setFrozen(false, parents: parents) }
+        if case let .freezer(cgroup)? = suspended[app]?.method { try? setFrozen(false, cgroup, of: app) }
+        if let pending = takePendingFreeze(of: app) { try? setFrozen(false, pending.cgroup, of: app) }
         units[app] = nil
         sharedCgroupUntil[app] = nil
         note(app, nil, at: now)

@@ -5,27 +5,30 @@ import Testing
 import TestSupport
 
 /// Performance III: a unit app's `cgroup.events` is held and watched from its registration to
-/// its exit, so that a freeze opens one kernfs file, not two. What it must not cost: a
-/// descriptor per freeze, or one that outlives the app (its cgroup removed under it too).
+/// its exit, and its `cgroup.freeze` held for writing, so that a freeze opens no kernfs file.
+/// What it must not cost: a descriptor per freeze, or one that outlives the app (its cgroup
+/// removed under it too).
 extension ContainmentEndToEndTests {
-    @Test func aUnitAppsEventsAreHeldFromItsRegistrationAndLetGoWithItsCgroup() throws {
+    @Test func aUnitAppsEventsAndFreezeAreHeldFromItsRegistrationAndLetGoWithItsCgroup() throws {
         let unit = try TestUnit("held")
         let daemon = try TestDaemon()
         let app = try unit.spawn("echo ready; exec sleep 600")
         try app.expectLine("ready")
         let events = unit.cgroup.directory + "/cgroup.events"
+        let freeze = unit.cgroup.directory + "/cgroup.freeze"
         let held = { descriptorCount(of: daemon.process.pid, linkingTo: events) }
-        #expect(held() == 0)
+        let heldFreeze = { descriptorCount(of: daemon.process.pid, linkingTo: freeze) }
+        #expect(held() == 0 && heldFreeze() == 0)
         try daemon.setState(app.pid, "foreground")  // registers it, a unit app
         #expect(try daemon.app(app.pid)?["containment"] == "unit")
-        try waitUntil("its cgroup.events held") { held() == 1 }
-        for round in 1...2 {  // each freeze and thaw through the one descriptor
+        try waitUntil("its cgroup.events and cgroup.freeze held") { held() == 1 && heldFreeze() == 1 }
+        for round in 1...2 {  // each freeze and thaw through the two descriptors
             try daemon.setState(app.pid, "background")
             try waitUntil("frozen (\(round))") { try unit.cgroup.isFrozen() }
-            #expect(held() == 1)
+            #expect(held() == 1 && heldFreeze() == 1)
             try daemon.setState(app.pid, "foreground")
             try waitUntil("thawed (\(round))") { try !unit.cgroup.isFrozen() }
-            #expect(held() == 1)
+            #expect(held() == 1 && heldFreeze() == 1)
         }
         #expect(!daemon.log().contains { $0.contains("SIGSTOP") })
 
@@ -37,6 +40,29 @@ extension ContainmentEndToEndTests {
         #expect(try daemon.app(app.pid)?["state"] == "foreground")
         try app.signal(SIGKILL)
         try waitUntil("the app gone from the daemon") { try daemon.app(app.pid) == nil }
-        #expect(held() == 0)
+        #expect(held() == 0 && heldFreeze() == 0)
+    }
+}
+
+extension ContainmentEndToEndTests {
+    /// The held files never take the last descriptors (`Enforcer.spareDescriptors`: 64 under a
+    /// limit of 80): without room, the unit app holds nothing while it runs, and each freeze
+    /// and thaw opens its own files, as before the files were held.
+    @Test func aUnitAppHoldsNothingWhereTheLastDescriptorsWouldGoAndIsFrozenAllTheSame() throws {
+        let unit = try TestUnit("spare")
+        let daemon = try TestDaemon([], wrapper: ["/usr/bin/prlimit", "--nofile=80:80", "--"])
+        let app = try unit.spawn("echo ready; exec sleep 600")
+        try app.expectLine("ready")
+        let held = { (file: String) in descriptorCount(of: daemon.process.pid, linkingTo: unit.cgroup.directory + "/" + file) }
+        try daemon.setState(app.pid, "foreground")  // registers it, a unit app: watched in the same pass
+        #expect(try daemon.app(app.pid)?["containment"] == "unit")
+        #expect(held("cgroup.events") == 0 && held("cgroup.freeze") == 0)
+        try daemon.setState(app.pid, "background")
+        try waitUntil("frozen") { try unit.cgroup.isFrozen() }
+        #expect(held("cgroup.freeze") == 0)
+        try daemon.setState(app.pid, "foreground")
+        try waitUntil("thawed") { try !unit.cgroup.isFrozen() }
+        try waitUntil("its freeze's cgroup.events let go") { held("cgroup.events") == 0 }
+        #expect(!daemon.log().contains { $0.contains("SIGSTOP") })
     }
 }
