@@ -97,7 +97,9 @@ extension Daemon {
 
     /// Answers a connection accepted while out of descriptors with `LimitExceeded` and
     /// closes it.
+    /// Unit apps' held `cgroup.freeze` files are let go first (`Enforcer.yieldHeldFreezes`).
     func refuseForShortage(_ socket: FileDescriptor) {
+        enforcer.yieldHeldFreezes()
         refuse(socket, .limitExceeded("the daemon's open files (LimitNOFILE=\(Host.descriptorLimit)); try again later"))
         shortage.refused += 1
         shortageBegan("new connections are refused with LimitExceeded until some are free; raise the limit, or lower MaxConnectionsPerUser=")

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 import BGTaskCore
 import BGTaskSystem
+import Glibc
 
 /// The cgroup v2 freezer: which cgroup is an app's own to freeze, freezing it, confirming
 /// the freeze by `cgroup.events` (watched in the daemon's epoll group), the fallback to
@@ -79,6 +80,10 @@ extension Enforcer {
             pendingFreezes[app] = PendingFreeze(cgroup: cgroup, command: command, uid: uid)
             schedule(.freeze(app), now + Self.freezeBound)
         } catch {
+            if error.code == EMFILE || error.code == ENFILE, holdsFreezes {
+                yieldHeldFreezes()
+                return freeze(app, uid: uid, command: command, cgroup: cgroup, at: now)
+            }
             log(.notice, "App \(app) (\(command)) cannot be frozen: \(error); suspending with SIGSTOP")
             try? setFrozen(false, cgroup, of: app)
             stopTree(app, uid: uid)
@@ -122,8 +127,25 @@ extension Enforcer {
             _ = try? cgroup.freezeOwner(parents: parents)
             return
         }
-        if let freeze = try? cgroup.openFreeze(parents: parents), freeze.rawValue < room { watch.freeze = freeze }
+        if holdsFreezes, let freeze = try? cgroup.openFreeze(parents: parents), freeze.rawValue < room { watch.freeze = freeze }
         freezerWatches[app] = watch
+    }
+
+    /// The daemon ran out of descriptors (a connection refused, a freeze that could not open
+    /// its file): every held `cgroup.freeze` is let go, and none is held from then on. They
+    /// only spare opens; an app's pidfd, a suspended app's `cgroup.events` and a connection
+    /// need the descriptors. (The rule of `spareDescriptors` looks at one registration; a
+    /// burst of suspensions of unit apps registered without room takes one more each.)
+    func yieldHeldFreezes() {
+        guard holdsFreezes else { return }
+        holdsFreezes = false
+        var yielded = 0
+        for (app, watch) in freezerWatches where watch.freeze != nil {
+            freezerWatches[app]?.freeze = nil
+            yielded += 1
+        }
+        guard yielded > 0 else { return }
+        log(.notice, "The cgroup.freeze files of \(yielded) unit app(s) let go for want of descriptors: each freeze and thaw opens its own from now on (raise LimitNOFILE= to have them held again after a restart)")
     }
 
     /// The app is no longer watched (`unwatch`): its held `cgroup.events` is let go (when it

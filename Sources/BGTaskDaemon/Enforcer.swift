@@ -101,6 +101,9 @@ final class Enforcer {
     var suspended: [ProcessIdentity: (method: Method, command: String, uid: UInt32)] = [:]
     var pendingFreezes: [ProcessIdentity: PendingFreeze] = [:]
     var freezerWatches: [ProcessIdentity: FreezerWatch] = [:]
+    /// Whether unit apps' `cgroup.freeze` files are held (`watchUnit`): until the daemon first
+    /// runs out of descriptors (`yieldHeldFreezes`).
+    var holdsFreezes = true
     /// Process apps whose cgroup was found shared, until when that is trusted (`auto` mode).
     private var sharedCgroupUntil: [ProcessIdentity: Int64] = [:]
     /// Apps sent a catchable signal: what to `SIGKILL` when the grace runs out.

@@ -66,3 +66,41 @@ extension ContainmentEndToEndTests {
         #expect(!daemon.log().contains { $0.contains("SIGSTOP") })
     }
 }
+
+extension ContainmentEndToEndTests {
+    /// The held `cgroup.freeze` files give way when the daemon runs out of descriptors (here
+    /// uid 65534 holding connections until one is refused, under a limit of 160): let go, said
+    /// once, and none held from then on; the unit app is frozen and thawed all the same, through
+    /// files it opens each time.
+    @Test(.enabled(if: getuid() == 0, "needs root to run the daemon and setpriv to uid 65534"))
+    func heldFreezeFilesGiveWayWhenTheDaemonRunsOutOfDescriptors() throws {
+        let unit = try TestUnit("yield")
+        let daemon = try TestDaemon([], wrapper: ["/usr/bin/prlimit", "--nofile=160:160", "--"])
+        let app = try unit.spawn("echo ready; exec sleep 600")
+        try app.expectLine("ready")
+        let held = { (file: String) in descriptorCount(of: daemon.process.pid, linkingTo: unit.cgroup.directory + "/" + file) }
+        try daemon.setState(app.pid, "foreground")  // registers it, a unit app
+        #expect(held("cgroup.events") == 1 && held("cgroup.freeze") == 1)
+
+        let intruder = try Intruder(daemon)
+        let connections = try intruder.run("connections 300", timeout: 30)
+        #expect(connections["refused"] == "io.bgtaskd.App.LimitExceeded", "\(connections.serialized)")
+        #expect(held("cgroup.freeze") == 0 && held("cgroup.events") == 1, "\(connections.serialized)")
+        let yielded = { (line: String) in line.contains("cgroup.freeze files of 1 unit app(s) let go") }
+        #expect(daemon.logged(yielded))
+        #expect(try intruder.run("release")["released"] == connections["accepted"])
+        try waitUntil("the daemon closed them") {
+            try intruder.call("io.bgtaskd.Manager.GetStatus")["parameters"]?["connections"] == 1
+        }
+
+        for round in 1...2 {
+            try daemon.setState(app.pid, "background")
+            try waitUntil("frozen (\(round))") { try unit.cgroup.isFrozen() }
+            try daemon.setState(app.pid, "foreground")
+            try waitUntil("thawed (\(round))") { try !unit.cgroup.isFrozen() }
+            #expect(held("cgroup.freeze") == 0)
+        }
+        #expect(!daemon.log().contains { $0.contains("SIGSTOP") })
+        #expect(daemon.log().filter(yielded).count == 1)  // said once: nothing held to let go again
+    }
+}
