@@ -119,7 +119,7 @@ extension Enforcer {
     /// opens its own.
     func watchUnit(_ app: ProcessIdentity, path: String) {
         guard freezerWatches[app] == nil, let cgroup = Cgroup.at(path: path) else { return }
-        let room = Host.descriptorLimit - Self.spareDescriptors
+        let room = Self.heldDescriptorRoom
         guard var watch = try? watch(cgroup, of: app, held: true), watch.events.rawValue < room else {
             // Looked up now, so that the first freeze's open finds `cgroup.freeze` in the
             // dentry cache: a kernfs file's first lookup allocates its dentry and inode (20 µs

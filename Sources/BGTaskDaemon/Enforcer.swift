@@ -73,6 +73,9 @@ final class Enforcer {
     /// what must not fail for want of one (an app's pidfd, a connection, a walk). A held file
     /// saves an open per freeze; one that takes the last descriptors costs a new app its watch.
     static let spareDescriptors = min(1024, max(64, Host.descriptorLimit / 16))
+    /// The descriptors below which a unit app's files are held: the limit, raised at start-up
+    /// and fixed after, less the spare.
+    static let heldDescriptorRoom = Host.descriptorLimit - spareDescriptors
 
     /// Where frozen apps' `cgroup.events` are watched: the daemon's group, handled a batch
     /// per pass. Each its own sd-event source, 2,000 apps freezing at once were 2,000 loop
