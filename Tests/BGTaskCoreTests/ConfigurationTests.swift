@@ -30,6 +30,23 @@ import Testing
         #expect(ConfigurationValue.parseTimeSpan(ConfigurationValue.formatTimeSpan(span)) == span)
     }
 
+    /// Found by the fuzzer: past 2^53 ns (104 days) a span summed in `Double`s lost its last
+    /// nanoseconds, and one printed did not parse back to itself.
+    @Test func longSpansParseToTheNanosecond() {
+        let span = ConfigurationValue.parseTimeSpan("777777777.777777777777777777777777777777777777777777777777777777")
+        #expect(span?.nanoseconds == 777_777_777_777_777_778)
+        let printed = span.map(ConfigurationValue.formatTimeSpan)
+        #expect(printed == "9002d 1h 22min 57s 777ms 777us 778ns")
+        #expect(printed.flatMap(ConfigurationValue.parseTimeSpan) == span)
+        #expect(ConfigurationValue.parseTimeSpan("1w 1ns")?.nanoseconds == 604_800_000_000_001)
+        #expect(ConfigurationValue.parseTimeSpan("999999999.9999999994")?.nanoseconds == 999_999_999_999_999_999)
+        #expect(ConfigurationValue.parseTimeSpan("999999999.9999999995") == nil)  // rounds to 10^18 ns: past the most
+        #expect(ConfigurationValue.parseTimeSpan("99999999999999999999w") == nil)  // past Int64
+        #expect(ConfigurationValue.parseTimeSpan("1.") == .seconds(1))
+        #expect(ConfigurationValue.parseTimeSpan(".5ms") == .microseconds(500))
+        #expect(ConfigurationValue.parseTimeSpan("1.2.3s") == nil)
+    }
+
     @Test func sizesParse() {
         #expect(ConfigurationValue.parseSize("64K") == 65536)
         #expect(ConfigurationValue.parseSize("1M") == 1 << 20)
