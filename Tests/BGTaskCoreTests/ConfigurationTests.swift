@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-import BGTaskCore
+@testable import BGTaskCore
 import Testing
 
 @Suite struct ConfigurationTests {
@@ -45,6 +45,15 @@ import Testing
         #expect(ConfigurationValue.parseTimeSpan("1.") == .seconds(1))
         #expect(ConfigurationValue.parseTimeSpan(".5ms") == .microseconds(500))
         #expect(ConfigurationValue.parseTimeSpan("1.2.3s") == nil)
+    }
+
+    @Test func asciiWhitespaceIsTrimmedAndNothingElse() {
+        #expect(" \t a b \r\n".trimmingASCIIWhitespace() == "a b")
+        #expect(" \r\n\t ".trimmingASCIIWhitespace() == "")
+        #expect("".trimmingASCIIWhitespace() == "")
+        #expect("\tÉté naïve 😀 ".trimmingASCIIWhitespace() == "Été naïve 😀")
+        #expect("\u{A0}x\u{A0}".trimmingASCIIWhitespace() == "\u{A0}x\u{A0}")  // no-break spaces are not ASCII
+        #expect(ConfigurationValue.parseSize("\t64K \r") == 65536)
     }
 
     @Test func sizesParse() {
