@@ -13,11 +13,15 @@ extension Daemon {
     func sendStatus() {
         statusPending = false
         lastStatusSent = loop.now
+        if statusCounts != lastStatusCounts { notifyStatus() }
+    }
+
+    /// Sends `STATUS=` with the counts now, after `prefix` (`READY=1\n`), and remembers them
+    /// as the last sent.
+    func notifyStatus(after prefix: String = "") {
         let counts = statusCounts
-        if counts != lastStatusCounts {
-            lastStatusCounts = counts
-            ServiceNotify.send("STATUS=\(statusLine(counts))")
-        }
+        lastStatusCounts = counts
+        ServiceNotify.send(prefix + "STATUS=" + Self.statusLine(counts))
     }
 
     /// The model's counts now, read in place (`endPass` compares them with the last sent).
@@ -28,17 +32,15 @@ extension Daemon {
         }
     }
 
-    /// `STATUS=`'s text for `counts`; also remembered as the last one sent.
-    func statusLine(_ counts: StatusCounts? = nil) -> String {
-        let counts = counts ?? statusCounts
-        lastStatusCounts = counts
-        return "\(counts.apps) apps (\(counts.background) background, \(counts.suspended) suspended), \(counts.tasks) tasks"
+    /// `STATUS=`'s text for `counts`.
+    static func statusLine(_ counts: StatusCounts) -> String {
+        "\(counts.apps) apps (\(counts.background) background, \(counts.suspended) suspended), \(counts.tasks) tasks"
     }
 
     /// Re-reads the configuration; on error keeps the old one and says why.
     func reload() -> ConfigurationError? {
         ServiceNotify.send("RELOADING=1\nMONOTONIC_USEC=\(Clock.monotonicNanoseconds() / 1000)")
-        defer { ServiceNotify.send("READY=1\nSTATUS=\(statusLine())") }
+        defer { notifyStatus(after: "READY=1\n") }
         do {
             let configuration = try options.loadConfiguration()
             let policies = try options.loadPolicies(over: configuration)

@@ -252,7 +252,7 @@ public final class Daemon {
         if let trackerUnavailable {
             log(.notice, "Forks of process apps are not followed (\(trackerUnavailable)): a process app is its process tree, which a double fork or setsid leaves; apps in a scope or service of their own are not affected")
         }
-        ServiceNotify.send("READY=1\nSTATUS=\(statusLine())")
+        notifyStatus(after: "READY=1\n")
         let code = try loop.run()
         shutdown()
         return code
