@@ -82,7 +82,7 @@ enum HotReply {
     /// Appends the reply's text (no NUL), keys in the order `JSON.writeObject` sorts them.
     func write(to out: ByteBuffer) {
         let start = out.count
-        func raw(_ text: StaticString) { out.append(text) }
+        @inline(__always) func raw(_ text: StaticString) { out.append(text) }
         func string(_ text: String) { out.appendString(text) }
         func value(_ json: JSON) { out.appendJSON(json) }
         switch self {

@@ -313,7 +313,7 @@ final class StateFile {
         assert(pending.bytes(from: start) == Array((JSON.object(["app": Self.encode(app)]).serialized + "\n").utf8))
     }
 
-    private func raw(_ text: StaticString) {
+    @inline(__always) private func raw(_ text: StaticString) {
         pending.append(text)
     }
 

@@ -65,7 +65,10 @@ import Varlink
     @Test func numbersAndStringsAreJSONsText() {
         let buffer = ByteBuffer(capacity: 1)
         var expected: [UInt8] = []
-        for value: Int64 in [0, 7, 9, 10, 99, 100, -1, -10, 41_564_912_882_000, .max, .min, .min + 1] {
+        // Every pair of digits at every place (each written from a division by 100), the ends.
+        let powers = (0...18).map { (0..<$0).reduce(Int64(1)) { product, _ in product * 10 } }
+        let edges = powers.flatMap { [$0 - 1, $0, $0 + 1, -$0, $0 * 7 + 3] } + Array(0...1_000)
+        for value: Int64 in [0, 7, 9, 10, 99, 100, -1, -10, 41_564_912_882_000, .max, .min, .min + 1] + edges {
             buffer.appendInteger(value)
             JSON.writeInteger(value, to: &expected)
             buffer.append(",")
