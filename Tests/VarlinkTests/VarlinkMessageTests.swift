@@ -57,6 +57,27 @@ import Varlink
         #expect(count == messages.count && framer.bufferedByteCount == 0)
     }
 
+    /// Chunks of every size from a reader's own buffer: a message left part-read is moved to
+    /// the front (once the bytes taken before it are at least as many), room grows past the
+    /// first chunks, and every message comes out whole, in order.
+    @Test func chunksFromAReadersBufferComeOutWhole() throws {
+        let messages = (0..<300).map { index in "{\"n\":\(index),\"pad\":\"" + String(repeating: "x", count: index % 97) + "\"}" }
+        let stream: [UInt8] = messages.flatMap { Array($0.utf8) + [UInt8(0)] }
+        for chunkSize in [1, 2, 3, 7, 16, 61, 128, 1000, stream.count] {
+            var framer = VarlinkFramer(maximumMessageBytes: 256)
+            var out: [String] = []
+            var offset = 0
+            while offset < stream.count {
+                let chunk = stream[offset..<min(offset + chunkSize, stream.count)]
+                chunk.withUnsafeBytes { framer.append($0) }
+                offset += chunk.count
+                while let message = try framer.next() { out.append(String(decoding: message, as: UTF8.self)) }
+                #expect(framer.bufferedByteCount == (stream[..<offset].lastIndex(of: 0).map { offset - $0 - 1 } ?? offset))
+            }
+            #expect(out == messages, "chunks of \(chunkSize)")
+        }
+    }
+
     @Test func oversizedMessagesAreRefusedWithOrWithoutTheirNUL() throws {
         var framer = VarlinkFramer(maximumMessageBytes: 16)
         framer.append(Array(repeating: UInt8(ascii: "x"), count: 16))
