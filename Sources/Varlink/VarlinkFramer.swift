@@ -30,6 +30,8 @@ public struct VarlinkFramer: Sendable {
 
     /// Adds received bytes.
     public mutating func append<Bytes: Sequence<UInt8>>(_ bytes: Bytes) {
+        // An array or a slice of one (what a client's read returns) is copied from where it lies.
+        if bytes.withContiguousStorageIfAvailable({ append(UnsafeRawBufferPointer($0)) }) != nil { return }
         Array(bytes).withUnsafeBytes { append($0) }
     }
 
