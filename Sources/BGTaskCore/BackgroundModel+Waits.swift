@@ -20,6 +20,8 @@ public enum Wait: Hashable, Sendable {
     case stateQuiet
     /// `STATUS=` for the service manager (at most one per interval).
     case status
+    /// The kernel's process events, left unwatched for a while after a read, are watched again.
+    case processEvents
 }
 
 extension BackgroundModel {

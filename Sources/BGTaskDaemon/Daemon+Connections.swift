@@ -153,7 +153,7 @@ extension Daemon {
             // What waits was queued in an earlier pass, and an event of this pass may be behind
             // it: as at the pass's end (`commit`), its suspensions are made whole and its
             // changes written first (each a no-op when there are none).
-            enforcer.finishStops()
+            finishStops()
             writeState()
             guard connection.flush() else { return close(connection) }
             connection.continueListing()
@@ -401,7 +401,7 @@ extension Daemon {
     func commit() -> [Connection] {
         var resumable: [Connection] = []
         // Suspensions are whole before anything reporting them goes out.
-        enforcer.finishStops()
+        finishStops()
         while !touched.isEmpty {  // closing a connection can queue events for others
             writeState()
             // Two arrays taking turns: a copy, then emptying `touched`, allocated anew each pass.

@@ -134,6 +134,7 @@ extension Daemon {
         case .stateRetry: writeState()
         case .stateQuiet: whenStateQuiet()
         case .status: sendStatus()
+        case .processEvents: watchProcessEvents()
         }
     }
 

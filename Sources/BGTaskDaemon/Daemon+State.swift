@@ -54,7 +54,7 @@ extension Daemon {
                 enforcer.resume(app.identity, uid: app.uid, at: loop.now)
             }
         }
-        enforcer.finishStops()
+        finishStops()
         if loaded.found {
             let counts = model.stateCounts
             log(.info, "Restored \(model.appCount) apps (\(counts[.suspended, default: 0]) suspended) and "

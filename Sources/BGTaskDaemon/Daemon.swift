@@ -21,6 +21,10 @@ public final class Daemon {
     /// Follows the forks of process apps (containment `tracked`); `nil` where the kernel's
     /// process-events connector is out of reach (no `CAP_NET_ADMIN`, or in a container).
     var tracker: Tracker?
+    /// The process-events connector as the loop watches it, and whether it is left unwatched
+    /// for now (`holdOffProcessEvents`).
+    var processEventsSource: EventSource?
+    var processEventsHeldOff = false
     /// Why there is no tracker, for the start-up log.
     var trackerUnavailable: String?
     /// Power and network, for scheduled requests.
@@ -198,9 +202,12 @@ public final class Daemon {
                 Journal.log(priority: LogEntry.Priority.warning.rawValue,
                             message: "The kernel dropped process events (a burst of forks; \(losses) time(s) so far): members still running were kept and every app's tree walked again, but a process that re-parented meanwhile may have left its app")
             }
-            sources.append(try loop.addIO(tracker.events.descriptor.rawValue, events: IOEvents.readable) { [unowned self] _ in
+            let source = try loop.addIO(tracker.events.descriptor.rawValue, events: IOEvents.readable) { [unowned self] _ in
                 self.tracker?.drain()
-            })
+                self.holdOffProcessEvents()
+            }
+            sources.append(source)
+            processEventsSource = source
             self.tracker = tracker
             tracker.forked = { [unowned self] app, parent, child in self.enforcer.forked(into: app, parent: parent, child: child) }
             tracker.unopened = { [unowned self] pid in self.enforcer.unreached.insert(pid) }

@@ -425,10 +425,11 @@ final class Enforcer {
     /// burst of 10,000 suspensions read the connector once per app, nearly always finding
     /// nothing). Called before anything that reports a suspension goes out (`Daemon.commit`,
     /// and a connection's flush when it becomes writable). An app resumed or gone meanwhile
-    /// is left alone.
-    func finishStops() {
+    /// is left alone. Returns whether it read after stops (tracked apps were suspended).
+    @discardableResult
+    func finishStops() -> Bool {
         sendQueuedStops()
-        guard !unreadStops.isEmpty else { return }
+        guard !unreadStops.isEmpty else { return false }
         let apps = unreadStops
         unreadStops = [:]
         var reading = true  // the first read drains the connector for all
@@ -443,6 +444,7 @@ final class Enforcer {
             excluded.formUnion(left)
             reportExcluded(app, command: record.command, action: "suspended")
         }
+        return true
     }
 
     /// The tracker read a fork into `app`: if the app is suspended with signals, the child
