@@ -241,9 +241,9 @@ if sections.contains("idle") {
     // started reach it then (until the thirtieth round each one's fork and exit woke it, ~40
     // µs of its CPU; now a read leaves the connector unwatched for 50 ms).
     let followed = try BenchApps(socket: idleDaemon.socketPath)
+    defer { followed.end() }
     _ = try followed.spawn(1, tasks: 1, mode: "hold")
     let (followingWakeups, followingCPU) = try startedElsewhere()
-    followed.end()
     results["idle"] = .object(["seconds": .double(idleSeconds), "cpuTicks": .int(Int64(idleTicks)),
                                "processesElsewhere": .int(Int64(elsewhere)), "processesElsewhereWakeups": .int(Int64(elsewhereWakeups)),
                                "processesElsewhereCPUMicroseconds": .double(elsewhereCPU),
