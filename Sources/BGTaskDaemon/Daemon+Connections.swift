@@ -406,7 +406,7 @@ extension Daemon {
             writeState()
             // Two arrays taking turns: a copy, then emptying `touched`, allocated anew each pass.
             swap(&touched, &committing)
-            defer { committing.removeAll(keepingCapacity: true) }
+            defer { committing.removeAllKeepingCapacity() }
             for connection in committing {
                 connection.isTouched = false
                 guard !connection.isClosed else { continue }

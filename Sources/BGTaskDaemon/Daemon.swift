@@ -375,7 +375,7 @@ public final class Daemon {
         swap(&effects, &spareEffects)
         defer {
             carryOut(effects)
-            effects.removeAll(keepingCapacity: true)
+            effects.removeAllKeepingCapacity()
             swap(&effects, &spareEffects)
         }
         return try body(&effects)

@@ -169,7 +169,7 @@ public final class EventLoop {
         for group in readyGroups {
             group.handleReady(readClock: { wokeAt = Clock.monotonicNanoseconds() })
         }
-        readyGroups.removeAll(keepingCapacity: true)
+        readyGroups.removeAllKeepingCapacity()
     }
 
     /// Brings sd-event to its next armed state: collects and dispatches what it has
@@ -389,7 +389,7 @@ public final class IOGroup {
             onReady()
             if nextReady == before { break }  // an owner that does not dispatch
         }
-        readyMembers.removeAll(keepingCapacity: true)
+        readyMembers.removeAllKeepingCapacity()
         nextReady = 0
     }
 }
