@@ -35,21 +35,27 @@ final class Connection {
     var managerName: String?
     /// The app the caller's calls are about, once known (`Daemon.connectionsByApp`).
     var app: ProcessIdentity?
-    /// What waits to be written, in order: this connection's own buffers, and event bytes
-    /// shared with every other subscriber they went to (encoded once, referenced by all).
+    /// What waits to be written, in order: chunks — event bytes shared with every other
+    /// subscriber they went to (encoded once, referenced by all), a listing's slices, and
+    /// replies sealed in behind them (`sealOwn`) — then `own`.
     private var queue: [[UInt8]] = []
     /// The first chunk of `queue` not yet written whole (written chunks are dropped in bulk:
     /// a stream behind by thousands of shared events must not cost a shift per event).
     private var head = 0
-    /// Whether `queue.last` is this connection's own buffer, to append replies to.
-    private var tailIsOwn = false
     /// Bytes of `queue[head]` already written.
     private var written = 0
     /// `queue[head]` is chunks joined already (`joinWaiting`): not joined again, so every
     /// byte is copied at most once, however slowly the peer reads.
     private var headIsJoined = false
-    /// A written-out buffer kept for the next replies (most connections need one, small).
-    private var spare: [UInt8] = []
+    /// Replies, written into the output where they lie, after everything in `queue`: most
+    /// connections only ever have these, and they go out from here in one `send`, the
+    /// storage kept for the next (an array per reply, copied into, queued and emptied, was
+    /// ~300 instructions a call: callgrind).
+    private let own = ByteBuffer(capacity: 64)
+    /// Bytes of `own` already written.
+    private var ownWritten = 0
+    /// The most storage `own` keeps once written out (a large reply's is given back).
+    static let ownKept = 64 << 10
     private(set) var pendingOutputBytes = 0
     /// What the connection's user's connections share: their count, their unread output,
     /// the loop time their calls took in the pass.
@@ -141,12 +147,21 @@ final class Connection {
     /// Queues a reply; the daemon writes it at the end of the pass, after the state file
     /// (`Daemon.commit`). Returns false if the peer is too far behind, in which case the
     /// caller must close the connection.
-    func send(_ reply: VarlinkReply) -> Bool { send(writing: { reply.write(to: &$0) }) }
+    func send(_ reply: VarlinkReply) -> Bool {
+        send(writing: { out in
+            var text: [UInt8] = []
+            reply.write(to: &text)
+            out.append(contentsOf: text)
+        })
+    }
 
     /// Queues a reply `write` puts into the output (without its NUL), as `send` does.
-    func send(writing write: (inout [UInt8]) -> Void) -> Bool {
+    func send(writing write: (ByteBuffer) -> Void) -> Bool {
         guard !isClosed, pendingOutputBytes <= Self.maximumPendingOutput else { return false }
-        appendOwn { write(&$0); $0.append(0) }
+        let before = own.count
+        write(own)
+        own.append(0)
+        grow(by: own.count - before)
         return true
     }
 
@@ -154,22 +169,24 @@ final class Connection {
     /// framed. Returns false as `send` does.
     func send(shared frame: [UInt8]) -> Bool {
         guard !isClosed, pendingOutputBytes <= Self.maximumPendingOutput else { return false }
-        queue.append(frame)
-        tailIsOwn = false
-        grow(by: frame.count)
+        enqueue(frame)
         return true
     }
 
-    private func appendOwn(_ body: (inout [UInt8]) -> Void) {
-        if !tailIsOwn {
-            queue.append(spare)
-            spare = []
-            tailIsOwn = true
-        }
-        let last = queue.count - 1
-        let before = queue[last].count
-        body(&queue[last])
-        grow(by: queue[last].count - before)
+    /// Queues a chunk behind everything waiting, replies in `own` included.
+    private func enqueue(_ chunk: [UInt8]) {
+        sealOwn()
+        queue.append(chunk)
+        grow(by: chunk.count)
+    }
+
+    /// Moves the replies in `own` not written yet into `queue`, as its last chunk: what is
+    /// queued after them goes after them. (Counted already: no change to the pending bytes.)
+    private func sealOwn() {
+        guard own.count > ownWritten else { return }
+        queue.append(own.bytes(from: ownWritten))
+        own.removeAll(keepingCapacityUpTo: Self.ownKept)
+        ownWritten = 0
     }
 
     private func grow(by bytes: Int) {
@@ -180,13 +197,16 @@ final class Connection {
     /// Queues the next slice of the listing being sent, if the peer has read the last one.
     func continueListing() {
         guard let listing, pendingOutputBytes < Self.outputLowWater else { return }
-        var done = false
-        appendOwn { done = listing.produce(into: &$0) }
-        if done { self.listing = nil }
+        var slice: [UInt8] = []
+        if listing.produce(into: &slice) { self.listing = nil }
+        enqueue(slice)
     }
 
-    /// Writes buffered output, the chunks waiting joined into one write (`joinWaiting`).
+    /// Writes buffered output, the chunks waiting joined into one write (`joinWaiting`), then
+    /// the replies in `own` — those sealed in behind the chunks when there are any, so that
+    /// they go out in the same write.
     func flush() -> Bool {
+        if head < queue.count { sealOwn() }
         joinWaiting()
         while head < queue.count {
             do {
@@ -201,19 +221,31 @@ final class Connection {
             written = 0
             headIsJoined = false
             if head == queue.count {
-                // Moved out, not copied: emptying a copy would allocate it anew (callgrind).
-                if tailIsOwn, queue[head - 1].capacity < 65536 {
-                    spare = queue.removeLast()
-                    spare.removeAll(keepingCapacity: true)
-                }
-                queue.removeAll(keepingCapacity: true)
+                queue.removeAllKeepingCapacity()
                 head = 0
-                tailIsOwn = false
             }
         }
         if head > 64, head * 2 > queue.count {
             queue.removeFirst(head)
             head = 0
+        }
+        guard head == queue.count else { return true }
+        while ownWritten < own.count {
+            let count: Int?
+            do {
+                count = try own.withBytes { bytes throws(Errno) in
+                    try socket.writeAvailable(UnsafeRawBufferPointer(rebasing: bytes[ownWritten...]))
+                }
+            } catch {
+                return false
+            }
+            guard let count else { break }
+            ownWritten += count
+            grow(by: -count)
+        }
+        if ownWritten == own.count, ownWritten > 0 {
+            own.removeAll(keepingCapacityUpTo: Self.ownKept)
+            ownWritten = 0
         }
         return true
     }
@@ -276,6 +308,8 @@ final class Connection {
         queue = []
         head = 0
         headIsJoined = false
+        own.removeAll()
+        ownWritten = 0
         source?.close(socket)  // the connection's socket is its file's only descriptor
         source = nil
         socket.close()

@@ -365,12 +365,9 @@ extension Daemon {
         if connection.send(reply), withinUserBound(connection) { touch(connection) } else { drop(connection) }
     }
 
-    /// A hot reply is written through a pointer (`ByteBuffer`), then copied to the output once.
+    /// A hot reply is written through a pointer into the connection's output (`ByteBuffer`).
     func send(_ reply: HotReply, to connection: Connection) {
-        replyBuffer.removeAll()
-        reply.write(to: replyBuffer)
-        let sent = connection.send { output in replyBuffer.withBytes { output.append(contentsOf: $0) } }
-        if sent, withinUserBound(connection) { touch(connection) } else { drop(connection) }
+        if connection.send(writing: { reply.write(to: $0) }), withinUserBound(connection) { touch(connection) } else { drop(connection) }
     }
 
     /// Queues an event encoded once for many connections.

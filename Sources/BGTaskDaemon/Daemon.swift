@@ -90,8 +90,6 @@ public final class Daemon {
     /// Where every connection's bytes are read into, then handed to its framer: one buffer
     /// for the daemon's life, not an array per read.
     let readBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: Connection.readSize, alignment: 16)
-    /// Where a hot reply is written before it is queued (`send(_:to:)`).
-    let replyBuffer = ByteBuffer(capacity: 1024)
     /// The connections `commit` is writing out: `touched` as it began, swapped in.
     var committing: [Connection] = []
     /// What each user's connections share (`UserAccount`), while it has any.

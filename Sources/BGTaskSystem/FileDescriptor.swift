@@ -112,7 +112,12 @@ public final class FileDescriptor: @unchecked Sendable {
     public func writeAvailable(_ bytes: ArraySlice<UInt8>) throws(Errno) -> Int? {
         // Concrete, for the daemon's replies: the generic one, unspecialized across modules,
         // reached the bytes through a protocol witness on every write (perf).
-        let written = bytes.withUnsafeBufferPointer { send($0) }
+        try bytes.withUnsafeBufferPointer { buffer throws(Errno) in try writeAvailable(UnsafeRawBufferPointer(buffer)) }
+    }
+
+    /// The same, from memory the caller holds (the daemon's `ByteBuffer` of replies).
+    public func writeAvailable(_ bytes: UnsafeRawBufferPointer) throws(Errno) -> Int? {
+        let written = send(UnsafeBufferPointer(start: bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), count: bytes.count))
         if written.count >= 0 { return written.count }
         if written.errno == EAGAIN { return nil }
         throw Errno(written.errno, "write")

@@ -67,6 +67,10 @@ public final class ByteBuffer {
         written += bytes.count
     }
 
+    public func append(contentsOf bytes: [UInt8]) {
+        bytes.withUnsafeBytes { append($0) }
+    }
+
     /// Decimal digits, as `JSON.writeInteger` writes them: two at a time (a division by 100,
     /// then each digit of the pair by multiplication: a table of pairs cost a `swift_once` and
     /// two bounds checks per pair, callgrind), from the end of room for the longest, then
@@ -144,7 +148,7 @@ public final class ByteBuffer {
     public func bytes(from start: Int) -> [UInt8] { Array(UnsafeBufferPointer(start: storage + start, count: written - start)) }
 
     /// What was written.
-    public func withBytes<Result>(_ body: (UnsafeRawBufferPointer) throws -> Result) rethrows -> Result {
+    public func withBytes<Result, Failure: Error>(_ body: (UnsafeRawBufferPointer) throws(Failure) -> Result) throws(Failure) -> Result {
         try body(UnsafeRawBufferPointer(start: storage, count: written))
     }
 }

@@ -110,13 +110,13 @@ import Varlink
             #expect(connection.send(shared: frame))
             expected += frame
             if index % 7 == 0 {
-                #expect(connection.send(writing: { $0 += Array("{\"reply\":\(index)}".utf8) }))
+                #expect(connection.send(writing: { $0.append(contentsOf: Array("{\"reply\":\(index)}".utf8)) }))
                 expected += Array("{\"reply\":\(index)}".utf8) + [0]
             }
         }
         #expect(connection.flush())
         #expect(connection.pendingOutputBytes == 0)
-        #expect(connection.send(writing: { $0 += Array("{\"last\":true}".utf8) }))
+        #expect(connection.send(writing: { $0.append(contentsOf: Array("{\"last\":true}".utf8)) }))
         expected += Array("{\"last\":true}".utf8) + [0]
         #expect(connection.flush())
         let received = Self.readAll(peer)
@@ -152,6 +152,52 @@ import Varlink
         }
         received += Self.readAll(peer)
         #expect(connection.pendingOutputBytes == 0)
+        #expect(received.count == expected.count)
+        let same = received == expected  // not printed whole when they differ
+        #expect(same)
+    }
+
+    /// Replies go out from the connection's own buffer; written in part to a slow peer, what
+    /// is left of them still goes before an event queued after them, and replies after the
+    /// event go after it. Every byte arrives once, in order, and the pending counts (the
+    /// connection's and its user's) come back to zero.
+    @Test func repliesWrittenInPartKeepTheirPlaceBeforeWhatFollows() throws {
+        let (connection, peer) = try Self.pair()
+        var small: Int32 = 4096  // the kernel's least: a write of more than ~8 KiB stops part-way
+        setsockopt(connection.socket.rawValue, SOL_SOCKET, SO_SNDBUF, &small, socklen_t(MemoryLayout<Int32>.size))
+        var expected: [UInt8] = [], received: [UInt8] = []
+        var index = 0
+        func reply() {
+            let text = Array("{\"reply\":\(index),\"padding\":\"\(String(repeating: "r", count: 100 + index * 37 % 900))\"}".utf8)
+            #expect(connection.send(writing: { $0.append(contentsOf: text) }))
+            expected += text + [0]
+            index += 1
+        }
+        var writtenInPart = 0
+        for round in 0..<5 {
+            // The socket full, replies wait; the peer reads, and one flush writes some of them.
+            while connection.pendingOutputBytes == 0 {
+                reply()
+                #expect(connection.flush())
+            }
+            while connection.pendingOutputBytes < 32 << 10 { reply() }
+            received += Self.readAll(peer)
+            let before = connection.pendingOutputBytes
+            #expect(connection.flush())
+            if connection.pendingOutputBytes > 0, connection.pendingOutputBytes < before { writtenInPart += 1 }
+            let frame = Array("{\"event\":\(round)}".utf8) + [0]
+            #expect(connection.send(shared: frame))
+            expected += frame
+            for _ in 0..<10 { reply() }
+        }
+        #expect(writtenInPart == 5)
+        for _ in 0..<10_000 where connection.pendingOutputBytes > 0 {
+            #expect(connection.flush())
+            received += Self.readAll(peer)
+        }
+        received += Self.readAll(peer)
+        #expect(connection.pendingOutputBytes == 0)
+        #expect(connection.account.outputBytes == 0)
         #expect(received.count == expected.count)
         let same = received == expected  // not printed whole when they differ
         #expect(same)
