@@ -43,11 +43,14 @@ extension TrackedContainmentTests {
         try waitUntil("the first workers") { workers().count >= 10 }
         try daemon.setState(app.pid, "background")  // while it forks
         try waitUntil("the app stopped") { processState(app.pid) == "T" }
-        // Held while stopped (they cannot exit): killed at the end, with the app.
+        // Held while stopped (they cannot exit): killed at the end, with the app — and with
+        // any worker stopped before it wrote its pid, which the daemon, stopping, would
+        // resume into its pause for ever (holding the test's stderr: `swift test` waited on it).
         let written = try workers().map { try Pidfd.open(pid: $0) }
         defer {
             try? app.signal(SIGKILL)
             for worker in written { try? worker.send(signal: SIGKILL) }
+            for stray in processesNaming(file) { try? stray.send(signal: SIGKILL) }
         }
         #expect(written.count < 300, "the app finished forking before it was suspended: nothing was tested")
         try waitUntil("every worker stopped") { written.allSatisfy { processState($0.pid) == "T" } }

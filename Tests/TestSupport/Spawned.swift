@@ -181,6 +181,23 @@ public func descriptorCount(of pid: Int32, linkingTo target: String) -> Int {
     }.count
 }
 
+/// Every process whose command line names `path` (in a test's own temporary directory), by
+/// pidfd: what a test's script double-forked is in no process tree once its parent exits,
+/// and a worker stopped before it reported its pid is in no list either. Each command line
+/// is read again once its pidfd is open, so the pidfd is of the process that named `path`
+/// (signalled through it, a process gone since is never another).
+public func processesNaming(_ path: String) -> [Pidfd] {
+    let needle = Array(path.utf8)
+    func names(_ pid: Int32) -> Bool {
+        guard let line = try? readFile("/proc/\(pid)/cmdline") else { return false }
+        return line.count >= needle.count && (0...(line.count - needle.count)).contains { line[$0..<$0 + needle.count].elementsEqual(needle) }
+    }
+    return ProcessTree.directoryNames("/proc").compactMap { Int32($0) }.filter { $0 > 1 && $0 != getpid() && names($0) }.compactMap { pid in
+        guard let pidfd = try? Pidfd.open(pid: pid), names(pid) else { return nil }
+        return pidfd
+    }
+}
+
 /// Every process of the tree rooted at `root` (by pidfd), as the test sees it now.
 public func processTree(of root: Pidfd) -> [ProcStat] {
     ProcessTree.members(of: root).compactMap { try? ProcStat.read(pid: $0.pid) }
