@@ -35,6 +35,16 @@ extension TrackedContainmentTests {
         let daemon = try TestDaemon(["BackgroundTimeSec=1min"])
         let file = daemon.directory + "/workers"
         let app = try Spawned("/usr/bin/python3", ["-c", Self.stormingApp, daemon.socketPath, file])
+        // However the test ends: the app, and every worker — held stopped, or stopped before
+        // it wrote its pid (in no list, and in no tree once double-forked), which the daemon,
+        // stopping, would resume into its pause for ever (holding the test's stderr: `swift
+        // test` once waited on it).
+        var written: [Pidfd] = []
+        defer {
+            try? app.signal(SIGKILL)
+            for worker in written { try? worker.send(signal: SIGKILL) }
+            for stray in processesNaming(file) { try? stray.send(signal: SIGKILL) }
+        }
         try app.expectLine("ready")
         #expect(try daemon.app(app.pid)?["containment"] == "tracked")
         // Read with `readFile`: Foundation's `String(contentsOfFile:)`, reading the file while
@@ -43,15 +53,8 @@ extension TrackedContainmentTests {
         try waitUntil("the first workers") { workers().count >= 10 }
         try daemon.setState(app.pid, "background")  // while it forks
         try waitUntil("the app stopped") { processState(app.pid) == "T" }
-        // Held while stopped (they cannot exit): killed at the end, with the app — and with
-        // any worker stopped before it wrote its pid, which the daemon, stopping, would
-        // resume into its pause for ever (holding the test's stderr: `swift test` waited on it).
-        let written = try workers().map { try Pidfd.open(pid: $0) }
-        defer {
-            try? app.signal(SIGKILL)
-            for worker in written { try? worker.send(signal: SIGKILL) }
-            for stray in processesNaming(file) { try? stray.send(signal: SIGKILL) }
-        }
+        // Held while stopped (they cannot exit): killed at the end, with the app.
+        written = try workers().map { try Pidfd.open(pid: $0) }
         #expect(written.count < 300, "the app finished forking before it was suspended: nothing was tested")
         try waitUntil("every worker stopped") { written.allSatisfy { processState($0.pid) == "T" } }
         #expect(!daemon.log().contains { $0.contains("was resumed while suspended") })
