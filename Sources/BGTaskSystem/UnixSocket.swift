@@ -42,15 +42,59 @@ public enum UnixSocket {
             socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         })
         let raw = fd.rawValue
-        // The mode comes from the umask at bind: a chmod by path afterwards could be swapped
-        // to another file in between.
-        let previous = umask(0o111)
-        let bound = try withAddress(path) { address, length in bind(raw, address, length) }
-        let bindError = errno
-        umask(previous)
-        if bound < 0 { throw Errno(bindError, "bind(\(path))") }
+        let bindError = try withAddress(path) { address, length in bindOpenToAll(raw, address, length) }
+        if bindError != 0 { throw Errno(bindError, "bind(\(path))") }
         try systemCall("listen(\(path))") { Glibc.listen(raw, backlog) }
         return fd
+    }
+
+    /// Binds with the socket file's mode 0666. The mode comes from the umask at `bind` (a
+    /// chmod by path afterwards could be swapped to another file in between), and the umask
+    /// is the whole process's: set by the calling thread, every file another thread created
+    /// meanwhile lost the bits it masks (a test process compiling and spawning programs while
+    /// another test listened got them without execute bits: `posix_spawn` refused them). So
+    /// the bind runs on a thread of its own that first takes a private copy of the
+    /// process's file-system context (`unshare(CLONE_FS)`: its umask, root and working
+    /// directory; no privilege needed, and no namespace, which `RestrictNamespaces=` allows)
+    /// and sets the umask there. Where that is refused, the calling thread sets it as before.
+    /// Returns 0 or the errno of `bind`.
+    private static func bindOpenToAll(_ fd: Int32, _ address: UnsafePointer<sockaddr>, _ length: socklen_t) -> Int32 {
+        let job = BindJob(fd: fd, address: address, length: length)
+        var thread = pthread_t()
+        let context = Unmanaged.passRetained(job).toOpaque()
+        let created = pthread_create(&thread, nil, { raw in
+            let job = Unmanaged<BindJob>.fromOpaque(raw!).takeRetainedValue()
+            guard bgtask_unshare_fs() == 0 else { return nil }  // `isolated` stays false
+            job.isolated = true
+            umask(0o111)
+            job.error = bind(job.fd, job.address, job.length) == 0 ? 0 : errno
+            return nil
+        }, context)
+        if created == 0 {
+            pthread_join(thread, nil)
+        } else {
+            Unmanaged<BindJob>.fromOpaque(context).release()
+        }
+        if job.isolated { return job.error }
+        let previous = umask(0o111)
+        let bound = bind(fd, address, length)
+        let error = bound == 0 ? 0 : errno
+        umask(previous)
+        return error
+    }
+
+    /// What `bindOpenToAll`'s thread is handed, and hands back.
+    private final class BindJob {
+        let fd: Int32
+        let address: UnsafePointer<sockaddr>
+        let length: socklen_t
+        var isolated = false
+        var error: Int32 = 0
+        init(fd: Int32, address: UnsafePointer<sockaddr>, length: socklen_t) {
+            self.fd = fd
+            self.address = address
+            self.length = length
+        }
     }
 
     /// A close-on-exec connection to `path`. A non-blocking one fails with `EAGAIN` where a

@@ -16,6 +16,7 @@
 #include <sys/timerfd.h>
 #include <sys/vfs.h>
 #include <spawn.h>
+#include <errno.h>
 
 /* Linux 6.5+; Debian 12's headers predate it. */
 #ifndef SO_PEERPIDFD
@@ -25,6 +26,13 @@
 /* Declared by glibc only under _GNU_SOURCE, which the Swift Glibc module does not set. */
 int accept4(int fd, struct sockaddr *__restrict addr, socklen_t *__restrict len, int flags);
 int pipe2(int pipefd[2], int flags);
+int unshare(int flags);
+
+/* The calling thread takes a private copy of the process's file-system context (umask,
+   root, working directory: CLONE_FS, 0x200), so that a umask it sets is its own. 0 or -errno. */
+static inline int bgtask_unshare_fs(void) {
+    return unshare(0x00000200) < 0 ? -errno : 0;
+}
 
 struct bgtask_ucred {
     int pid;

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 import BGTaskSystem
+import Foundation
 import Glibc
 import Testing
 import TestSupport
@@ -34,5 +35,47 @@ import TestSupport
         #expect(Host.rfc3339(1_796_000_000_123_456_789) == "2026-11-30T00:53:20.123Z")
         #expect(Host.rfc3339(951_782_400_999_999_999) == "2000-02-29T00:00:00.999Z")
         #expect(Host.rfc3339(-1) == "1969-12-31T23:59:59.999Z")
+    }
+
+    /// A listening socket's file is open to everyone (mode 0666: access is decided per call),
+    /// and binding it leaves the process's umask alone: other threads create files all the
+    /// while (a test process compiling and spawning programs while another test listened got
+    /// them without their execute bits — `posix_spawn` refused them, `EACCES`, under ASan).
+    /// One thread binds 300 sockets while this one reads the process's umask from the kernel.
+    @Test func listeningLeavesTheProcessUmaskAlone() throws {
+        let directory = try temporaryDirectory("bgtask-umask")
+        defer { rmdir(directory) }
+        let before = try Self.processUmask()
+        let done = Locked(false)
+        let bound = Locked<[String]>([])
+        let binder = Thread {
+            for index in 0..<300 {
+                let path = directory + "/s\(index)"
+                if let listener = try? UnixSocket.listen(path: path) {
+                    listener.close()
+                    bound.withLock { $0.append(path) }
+                }
+            }
+            done.withLock { $0 = true }
+        }
+        binder.start()
+        var seen: Set<UInt32> = []
+        while !done.withLock({ $0 }) { seen.insert(try Self.processUmask()) }
+        let paths = bound.withLock { $0 }
+        defer { for path in paths { unlink(path) } }
+        #expect(paths.count == 300)
+        #expect(seen == [before], "the process's umask changed while sockets were bound")
+        var status = stat()
+        #expect(stat(paths[0], &status) == 0)
+        #expect(status.st_mode & 0o777 == 0o666)
+    }
+
+    /// The process's umask (`/proc/self/status`, which reads it without setting it).
+    static func processUmask() throws -> UInt32 {
+        let text = String(decoding: try readFile("/proc/self/status"), as: UTF8.self)
+        guard let line = text.split(separator: "\n").first(where: { $0.hasPrefix("Umask:") }),
+              let value = UInt32(line.dropFirst("Umask:".count).trimmingCharacters(in: .whitespaces), radix: 8)
+        else { throw TestFailure("no Umask in /proc/self/status") }
+        return value
     }
 }
