@@ -82,12 +82,13 @@ import TestSupport
     /// process with the same pid cannot be signalled through it.
     @Test(.enabled(if: Capabilities.canRecyclePids, "needs CAP_SYS_ADMIN to write /proc/sys/kernel/ns_last_pid"))
     func signalsThroughAStalePidfdNeverReachARecycledPid() throws {
-        let old = try Spawned("/bin/sleep", ["60"])
-        let stale = old.pidfd
-        let pid = old.pid
-        try old.signal(SIGKILL)
-        try old.wait(timeout: 5)
-        let recycled = try Capabilities.spawn(reusing: pid)
+        let (stale, pid, recycled) = try Capabilities.retryingWhilePidTaken {
+            let old = try Spawned("/bin/sleep", ["60"])
+            let pid = old.pid
+            try old.signal(SIGKILL)
+            try old.wait(timeout: 5)
+            return (old.pidfd, pid, try Capabilities.spawn(reusing: pid))
+        }
         #expect(recycled.pid == pid)
         #expect(throws: Errno.self) { try stale.send(signal: SIGSTOP) }
         #expect(stale.hasExited)
@@ -98,6 +99,24 @@ import TestSupport
         #expect(ProcessTree.members(of: recycled.pidfd).map(\.pid) == [pid])
         // And the daemon never names the new process as the old one: their pidfs inodes differ.
         #expect(stale.inode != 0 && recycled.pidfd.inode != stale.inode)
+    }
+
+    /// The recycling tests' helper: a pid another process holds is reported taken at the
+    /// first try (not after its 10 s of retries), and the scenario runs again.
+    @Test(.enabled(if: Capabilities.canRecyclePids, "needs CAP_SYS_ADMIN to write /proc/sys/kernel/ns_last_pid"))
+    func aPidAnotherProcessHoldsIsReportedTakenAndTheScenarioRunsAgain() throws {
+        let holder = try Spawned("/bin/sleep", ["60"])
+        let started = Clock.monotonicNanoseconds()
+        #expect(throws: PidTaken.self) { try Capabilities.spawn(reusing: holder.pid) }
+        #expect(Clock.monotonicNanoseconds() - started < 5_000_000_000)
+        var runs = 0
+        let result = try Capabilities.retryingWhilePidTaken {
+            runs += 1
+            if runs < 3 { throw PidTaken(pid: holder.pid) }
+            return runs
+        }
+        #expect(result == 3)
+        #expect(throws: PidTaken.self) { try Capabilities.retryingWhilePidTaken(attempts: 2) { throw PidTaken(pid: holder.pid) } }
     }
 
     /// pidfs (Linux ≥ 6.9, these machines run 6.18): one inode per process, whatever pidfd

@@ -97,25 +97,27 @@ import Varlink
     /// be untouched.
     @Test(.enabled(if: Capabilities.canRecyclePids, "needs CAP_SYS_ADMIN to write /proc/sys/kernel/ns_last_pid"))
     func aRecycledPidIsNeverSignalled() throws {
-        let daemon = try TestDaemon(["BackgroundTimeSec=400ms", "ExpirationWarningSec=100ms", "GrantLatencyMaxSec=5ms"])
-        let probe = try daemon.probe()
-        _ = try probe.begin("held")
-        try waitUntil("the task granted") { try daemon.tasks().first?["state"]?.stringValue == "granted" }
-        try daemon.setState(probe.pid, "background")
-        let backgrounded = Clock.monotonicNanoseconds()
-        try daemon.process.signal(SIGSTOP)
-        defer { try? daemon.process.signal(SIGCONT) }
-        let pid = probe.pid
-        try probe.process.signal(SIGKILL)
-        try probe.process.wait(timeout: 5)
-        let newcomer = try Capabilities.spawn(reusing: pid)
-        try waitUntil("the deadline to pass while bgtaskd is stopped") {
-            Clock.monotonicNanoseconds() - backgrounded > 600_000_000
+        try Capabilities.retryingWhilePidTaken {
+            let daemon = try TestDaemon(["BackgroundTimeSec=400ms", "ExpirationWarningSec=100ms", "GrantLatencyMaxSec=5ms"])
+            let probe = try daemon.probe()
+            _ = try probe.begin("held")
+            try waitUntil("the task granted") { try daemon.tasks().first?["state"]?.stringValue == "granted" }
+            try daemon.setState(probe.pid, "background")
+            let backgrounded = Clock.monotonicNanoseconds()
+            try daemon.process.signal(SIGSTOP)
+            defer { try? daemon.process.signal(SIGCONT) }
+            let pid = probe.pid
+            try probe.process.signal(SIGKILL)
+            try probe.process.wait(timeout: 5)
+            let newcomer = try Capabilities.spawn(reusing: pid)
+            try waitUntil("the deadline to pass while bgtaskd is stopped") {
+                Clock.monotonicNanoseconds() - backgrounded > 600_000_000
+            }
+            try daemon.process.signal(SIGCONT)
+            try waitUntil("bgtaskd to forget the dead app") { try daemon.app(pid) == nil }
+            #expect(processState(newcomer.pid) == "S")
+            #expect(!newcomer.hasExited)
         }
-        try daemon.process.signal(SIGCONT)
-        try waitUntil("bgtaskd to forget the dead app") { try daemon.app(pid) == nil }
-        #expect(processState(newcomer.pid) == "S")
-        #expect(!newcomer.hasExited)
     }
 
     @Test func historyAndMonitorShowActionsWithReasonsAndTaskNames() throws {

@@ -243,6 +243,10 @@ public enum Capabilities {
     /// pid 22084 back") while other suites forked beside it, one of them a hundred processes
     /// at once; and two tests recycling side by side, each writing `ns_last_pid` for its own
     /// pid, would take each other's: one at a time in the whole test process.
+    /// `ns_last_pid` is the whole pid namespace's: a fork elsewhere between its write and
+    /// ours lands on the pid instead, and while that process (or thread) lives the pid cannot
+    /// be had — `PidTaken`, for the caller to run its scenario again (`retryingWhilePidTaken`;
+    /// a CI run spent the 10 s on pid 471, taken so, at `8f45ee0`).
     public static func spawn(reusing pid: Int32) throws -> Spawned {
         recycling.wait()
         defer { recycling.signal() }
@@ -251,11 +255,33 @@ public enum Capabilities {
             try writeLastPID(String(pid - 1))
             let child = try Spawned("/bin/sleep", ["60"])
             if child.pid == pid { return child }
+            if access("/proc/\(pid)", F_OK) == 0 { throw PidTaken(pid: pid) }
         }
         throw TestFailure("could not get pid \(pid) back")
     }
 
+    /// Runs `scenario` again while its `spawn(reusing:)` finds the pid taken by a process
+    /// not its own, at most `attempts` times in all.
+    public static func retryingWhilePidTaken<T>(attempts: Int = 5, _ scenario: () throws -> T) throws -> T {
+        var attempt = 1
+        while true {
+            do {
+                return try scenario()
+            } catch let error as PidTaken where attempt < attempts {
+                _ = error
+                attempt += 1
+            }
+        }
+    }
+
     private static let recycling = DispatchSemaphore(value: 1)
+}
+
+/// A pid to be recycled went to another process first (`Capabilities.spawn(reusing:)`).
+public struct PidTaken: Error, CustomStringConvertible {
+    public let pid: Int32
+    public init(pid: Int32) { self.pid = pid }
+    public var description: String { "pid \(pid) was taken by another process before this test could recycle it" }
 }
 
 /// A new directory `/tmp/PREFIX-XXXXXX` (mkdtemp(3)), mode 0700; the caller removes it.
