@@ -243,6 +243,7 @@ public enum Capabilities {
     /// pid 22084 back") while other suites forked beside it, one of them a hundred processes
     /// at once; and two tests recycling side by side, each writing `ns_last_pid` for its own
     /// pid, would take each other's: one at a time in the whole test process.
+    ///
     /// `ns_last_pid` is the whole pid namespace's: a fork elsewhere between its write and
     /// ours lands on the pid instead, and while that process (or thread) lives the pid cannot
     /// be had — `PidTaken`, for the caller to run its scenario again (`retryingWhilePidTaken`;
@@ -267,8 +268,7 @@ public enum Capabilities {
         while true {
             do {
                 return try scenario()
-            } catch let error as PidTaken where attempt < attempts {
-                _ = error
+            } catch is PidTaken where attempt < attempts {
                 attempt += 1
             }
         }
