@@ -128,6 +128,14 @@ public final class Pidfd: @unchecked Sendable {
         (try? descriptor.waitReadable(timeoutMilliseconds: 0)) ?? true
     }
 
+    /// Whether `first` or `second` has exited (`hasExited` of both, in one `poll(2)`).
+    public static func eitherExited(_ first: Pidfd, _ second: Pidfd) -> Bool {
+        var entries = (pollfd(fd: first.descriptor.rawValue, events: Int16(POLLIN), revents: 0),
+                       pollfd(fd: second.descriptor.rawValue, events: Int16(POLLIN), revents: 0))
+        let ready = withUnsafeMutableBytes(of: &entries) { poll($0.baseAddress!.assumingMemoryBound(to: pollfd.self), 2, 0) }
+        return ready != 0  // ready, or the poll failed: either way neither is known to live
+    }
+
     /// Sends `signal` to the process. `pidfd_send_signal(2)`
     public func send(signal: Int32) throws(Errno) {
         let fd = descriptor.rawValue

@@ -61,7 +61,11 @@ public enum ProcessTree {
             for child in listed where child > 1 {
                 // The child's pidfd first (nothing read with it: `open(member:)`), then its
                 // parent read through it (`PIDFD_GET_INFO`, or /proc where the kernel lacks
-                // it), then the parent still alive, then the child (a zombie is no member).
+                // it), then the parent still alive and the child too (a zombie is no member),
+                // both in one poll: two were a system call a child more on the path of every
+                // suspension of a walked app. (A zombie's pidfd is closed here, before the
+                // next child's is opened: an app's dead children do not take the daemon's
+                // descriptors from its live ones.)
                 let pidfd: Pidfd
                 do {
                     pidfd = try Pidfd.open(member: child)
@@ -71,7 +75,7 @@ public enum ProcessTree {
                 }
                 let info = pidfd.info
                 guard let parentPID = info?.parentPID ?? (try? ProcStat.read(pid: child))?.parentPID,
-                      parentPID == parent.pid, !parent.hasExited, !pidfd.hasExited else { continue }
+                      parentPID == parent.pid, !Pidfd.eitherExited(parent, pidfd) else { continue }
                 if let owner, !(info.map { $0.uids.signallable(by: owner) } ?? belongs(pidfd, to: owner)) {
                     excluded.append(child)
                     continue
