@@ -235,11 +235,12 @@ extension Daemon {
         return handled
     }
 
-    /// The connection's calls wait for its next turn (`giveTurns`, at the timer).
+    /// The connection's calls wait for its next turn (`giveTurns`, at the end of the loop's
+    /// next iteration).
     private func awaitTurn(_ connection: Connection) {
         connection.awaitsTurn = true
         awaitingTurn.append(connection)
-        armTimer(at: loop.now)
+        loop.runSoon()
     }
 
     /// The next turn of every connection that used up its last (`processInput`), in order;
@@ -262,7 +263,7 @@ extension Daemon {
         }
         if !passedOver.isEmpty {
             awaitingTurn = passedOver + awaitingTurn
-            armTimer(at: loop.now)
+            loop.runSoon()
         }
     }
 

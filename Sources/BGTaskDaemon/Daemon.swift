@@ -125,7 +125,7 @@ public final class Daemon {
     var inputLeftHead = 0
     /// Connections whose pipelined calls used up their turn (`turnLength`), or whose user's
     /// calls used up its turn in the pass, in the order they did: each gets its next turn at
-    /// the timer, after what else was ready.
+    /// the end of the loop's next iteration, after what else was ready (`EventLoop.runSoon`).
     var awaitingTurn: [Connection] = []
     /// The loop time after which a connection's pipelined calls wait for their next turn, and
     /// so do the calls of a user whose calls took that much of the pass (`processInput`; at
@@ -179,6 +179,7 @@ public final class Daemon {
             self.timerArmedAt = nil
             self.pass { _ in self.giveTurns() }
         }
+        loop.soon = { [unowned self] in self.pass { _ in self.giveTurns() } }
         enforcer = try Enforcer(group: clients, root: { [unowned self] app in self.watches[app]?.pidfd },
                                 tracked: { [unowned self] app, known, reading in
                                     self.tracker.flatMap { $0.follows(app) ? $0.members(of: app, excluding: known, reading: reading) : nil }

@@ -90,6 +90,35 @@ import TestSupport
         #expect(Clock.monotonicNanoseconds() >= later)
     }
 
+    /// `runSoon()`: the work runs once, after the handlers of what was ready in the same
+    /// iteration, and an iteration with it pending does not block (a connection's next turn
+    /// costs no timer).
+    @Test func workRunSoonGoesAfterWhatIsReadyAndTheWaitDoesNotBlock() throws {
+        let loop = try EventLoop()
+        let heard = Heard()
+        loop.soon = { heard.names.append("soon") }
+        let pipe = try Pipe()
+        let source = try loop.addIO(pipe.read.rawValue, events: IOEvents.readable) { _ in
+            heard.names.append("ready")
+            var byte: UInt8 = 0
+            _ = read(pipe.read.rawValue, &byte, 1)
+            loop.runSoon()
+        }
+        pipe.fill()
+        try turn(loop, until: "the ready member") { !heard.names.isEmpty }
+        #expect(heard.names == ["ready", "soon"])  // in the iteration that found it ready, after it
+        // From outside a handler: the next wait returns at once though nothing is ready.
+        loop.runSoon()
+        let started = Clock.monotonicNanoseconds()
+        try loop.runOnce(timeoutMilliseconds: 4_000)
+        #expect(Clock.monotonicNanoseconds() - started < 2_000_000_000)
+        #expect(heard.names == ["ready", "soon", "soon"])
+        // Once: nothing pending, nothing run.
+        for _ in 0..<3 { try loop.runOnce(timeoutMilliseconds: 5) }
+        #expect(heard.names.count == 3)
+        withExtendedLifetime(source) {}
+    }
+
     @Test func aGroupsReadyMembersAreHandledInOneDispatch() throws {
         let loop = try EventLoop()
         var dispatches = 0
