@@ -101,6 +101,51 @@ import TestSupport
         #expect(stale.inode != 0 && recycled.pidfd.inode != stale.inode)
     }
 
+    /// A member that exits while the walk is at it, its pid taken by a new process with a
+    /// child of its own before the member's children are read: that child is no member. Its
+    /// parent pid is the member's, and the list was read by that pid — another process's; the
+    /// member's pidfd says it is gone (the poll after each child's parent is read).
+    @Test(.enabled(if: Capabilities.canRecyclePids, "needs CAP_SYS_ADMIN to write /proc/sys/kernel/ns_last_pid"))
+    func aChildListedUnderARecycledMembersPidIsNoMember() throws {
+        func children(_ pid: Int32) -> [Int32] {
+            String(decoding: (try? readFile("/proc/\(pid)/task/\(pid)/children")) ?? [], as: UTF8.self)
+                .split(separator: " ").compactMap { Int32($0) }
+        }
+        try Capabilities.retryingWhilePidTaken {
+            // The shell reaps its child once it is killed (`wait`), then becomes `sleep`.
+            let root = try Spawned("/bin/sh", ["-c", "sleep 60 & echo ready; wait; exec sleep 60"])
+            defer { root.killTree() }
+            try root.expectLine("ready")
+            var member: Int32 = 0
+            try waitUntil("the shell's child") {
+                member = children(root.pid).first ?? 0
+                return member > 0
+            }
+            var successor: Spawned?, successorsChild: Int32 = 0, failure: Error?
+            defer { successor?.killTree() }
+            var excluded: [Int32] = [], unreached: [Int32] = []
+            let members = ProcessTree.members(of: root.pidfd, owner: nil, excluded: &excluded, unreached: &unreached) { pidfd in
+                guard pidfd.pid == member else { return true }
+                do {
+                    try pidfd.send(signal: SIGKILL)
+                    try waitUntil("the member reaped") { access("/proc/\(member)", F_OK) != 0 }
+                    successor = try Capabilities.spawn(reusing: member, "/bin/sh", ["-c", "sleep 60 & wait"])
+                    try waitUntil("the successor's child") {
+                        successorsChild = children(member).first ?? 0
+                        return successorsChild > 0
+                    }
+                } catch {
+                    failure = error
+                }
+                return true  // as if still there: what follows must find out itself
+            }
+            if let failure { throw failure }
+            #expect(successor?.pid == member)
+            #expect(members.map(\.pid) == [root.pid, member], "the successor's child \(successorsChild) taken for a member")
+            #expect(excluded.isEmpty && unreached.isEmpty)
+        }
+    }
+
     /// The recycling tests' helper: a pid another process holds is reported taken at the
     /// first try (not after its 10 s of retries), and the scenario runs again.
     @Test(.enabled(if: Capabilities.canRecyclePids, "needs CAP_SYS_ADMIN to write /proc/sys/kernel/ns_last_pid"))

@@ -238,7 +238,7 @@ public enum Capabilities {
         _ = try fd.write(Array(value.utf8))
     }
 
-    /// Starts `sleep 60` with `pid` again (via `ns_last_pid`), retrying for up to 10 s while
+    /// Starts `path` (`sleep 60` unless told) with `pid` again (via `ns_last_pid`), retrying for up to 10 s while
     /// other processes take it first. A CI run gave up after 200 tries (~60 ms: "could not get
     /// pid 22084 back") while other suites forked beside it, one of them a hundred processes
     /// at once; and two tests recycling side by side, each writing `ns_last_pid` for its own
@@ -248,13 +248,13 @@ public enum Capabilities {
     /// ours lands on the pid instead, and while that process (or thread) lives the pid cannot
     /// be had — `PidTaken`, for the caller to run its scenario again (`retryingWhilePidTaken`;
     /// a CI run spent the 10 s on pid 471, taken so, at `8f45ee0`).
-    public static func spawn(reusing pid: Int32) throws -> Spawned {
+    public static func spawn(reusing pid: Int32, _ path: String = "/bin/sleep", _ arguments: [String] = ["60"]) throws -> Spawned {
         recycling.wait()
         defer { recycling.signal() }
         let deadline = Clock.monotonicNanoseconds() + 10_000_000_000
         while Clock.monotonicNanoseconds() < deadline {
             try writeLastPID(String(pid - 1))
-            let child = try Spawned("/bin/sleep", ["60"])
+            let child = try Spawned(path, arguments)
             if child.pid == pid { return child }
             if access("/proc/\(pid)", F_OK) == 0 { throw PidTaken(pid: pid) }
         }
