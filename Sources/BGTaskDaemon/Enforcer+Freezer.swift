@@ -86,8 +86,9 @@ extension Enforcer {
             }
             log(.notice, "App \(app) (\(command)) cannot be frozen: \(error); suspending with SIGSTOP")
             try? setFrozen(false, cgroup, of: app)
-            stopTree(app, uid: uid)
+            let stopped = stopTree(app, uid: uid)
             note(app, (.signals, command, uid), at: now)
+            holdStops(app, stopped, again: false)
         }
     }
 
@@ -169,8 +170,9 @@ extension Enforcer {
         if (try? pending.cgroup.isFrozen()) == true { return }
         log(.notice, "App \(app) (\(pending.command)): \(pending.cgroup.directory) not frozen within \(Self.freezeBound / 1_000_000)ms; suspending with SIGSTOP")
         try? setFrozen(false, pending.cgroup, of: app)
-        stopTree(app, uid: pending.uid)
+        let stopped = stopTree(app, uid: pending.uid)
         note(app, (.signals, pending.command, pending.uid), at: now)
+        holdStops(app, stopped, again: false)
     }
 
     /// A watched app's `cgroup.events` changed: a freeze confirmed, a thaw nobody asked for,

@@ -109,6 +109,16 @@ final class Enforcer {
     var holdsFreezes = true
     /// Process apps whose cgroup was found shared, until when that is trusted (`auto` mode).
     private var sharedCgroupUntil: [ProcessIdentity: Int64] = [:]
+    /// What the signal suspension of a process app stopped, held by pidfd for its resumption
+    /// (`holdStops`): what was stopped is what is continued, with no walk, whatever became of
+    /// the tree meanwhile. A member whose parent was killed while it was stopped is below the
+    /// app's process no more: the walk a resumption made left it stopped for ever. An app
+    /// whose walk left members unreached, or whose stopped processes do not fit within
+    /// `maximumHeldStops` beside the others', is walked at its resumption, as before.
+    private var heldStops: [ProcessIdentity: [Pidfd]] = [:]
+    private var heldStopCount = 0
+    /// The most pidfds `heldStops` keeps, all apps together (the tracker keeps as many).
+    static let maximumHeldStops = min(1024, max(16, Host.descriptorLimit / 16))
     /// Apps sent a catchable signal: what to `SIGKILL` when the grace runs out.
     var terminating: [ProcessIdentity: (pidfds: [Pidfd], cgroup: Cgroup?)] = [:]
     /// Processes left out of the action in progress because the owner could not signal them.
@@ -192,12 +202,15 @@ final class Enforcer {
         if queueStops(of: app, uid: uid, command: command, at: now) {
             return note(app, (.signals, command, uid), at: now)
         }
-        guard !stopTree(app, uid: uid).isEmpty else { return }  // gone: its pidfd reports the exit
+        let stopped = stopTree(app, uid: uid)
+        guard !stopped.isEmpty else { return }  // gone: its pidfd reports the exit
         note(app, (.signals, command, uid), at: now)
+        holdStops(app, stopped, again: false)
     }
 
     func resume(_ app: ProcessIdentity, uid: UInt32, at now: Int64) {
         let record = suspended[app]
+        let held = takeHeldStops(app)
         note(app, nil, at: now)
         if let pending = takePendingFreeze(of: app) {
             try? setFrozen(false, pending.cgroup, of: app)
@@ -214,7 +227,9 @@ final class Enforcer {
         // Stopped with signals (a freeze that fell back to them is `.signals`), or not by this
         // daemon, or its cgroup would not thaw: the tree is continued. A thawed app was frozen,
         // not stopped: a walk would find nothing to do (it was most of a thaw's time).
-        if !thawed { signalTree(app, uid: uid, Signal.continue) }
+        if !thawed {
+            if let held { continueHeld(held, uid: uid) } else { signalTree(app, uid: uid, Signal.continue) }
+        }
         if let record { reportUnreached(app, command: record.command, action: "resumed") }
         forgetLeftOut()
     }
@@ -228,6 +243,7 @@ final class Enforcer {
     /// for the grace's `kill` to end with: with `SIGKILL` the stopped tree is all there is.
     func terminate(_ app: ProcessIdentity, uid: UInt32, command: String, signal: Int32, at now: Int64) {
         defer { reportExcluded(app, command: command, action: "terminated") }
+        let held = takeHeldStops(app)
         let whole = suspended[app].flatMap { if case let .freezer(c) = $0.method { c } else { nil } }
             ?? (unit(app) == nil ? nil : try? ownCgroup(of: app, uid: uid, tree: [], at: now).get())
         note(app, nil, at: now)
@@ -242,8 +258,12 @@ final class Enforcer {
             : try? ownCgroup(of: app, uid: uid, tree: tree, at: now).get())
         // A frozen process app's cgroup may hold processes that left its tree (a daemonized
         // child); a unit's are its walk's already.
-        let known = Set(tree.map(\.pid))
-        let pidfds = tree + (whole.flatMap { unit(app) == nil ? members(of: $0, uid: uid).filter { !known.contains($0.pid) } : nil } ?? [])
+        var known = Set(tree.map(\.pid))
+        var pidfds = tree + (whole.flatMap { unit(app) == nil ? members(of: $0, uid: uid).filter { !known.contains($0.pid) } : nil } ?? [])
+        // What its suspension stopped and the walk no longer finds (re-parented meanwhile) is
+        // the app's all the same.
+        known.formUnion(pidfds.map(\.pid))
+        pidfds += (held ?? []).dropFirst().filter { !known.contains($0.pid) && (uid == 0 || ProcessTree.belongs($0, to: uid)) }
         for pidfd in pidfds {
             if signal != Signal.kill { try? pidfd.send(signal: Signal.continue) }
             try? pidfd.send(signal: signal)
@@ -268,6 +288,14 @@ final class Enforcer {
     /// The app's own process is gone: nothing is left to resume, except what a frozen
     /// cgroup would keep frozen with nobody left to thaw it (the rest of a unit).
     func forget(_ app: ProcessIdentity, at now: Int64) {
+        if let held = takeHeldStops(app), let record = suspended[app] {
+            // Stopped with it: continued, not left stopped for ever with nobody to resume them.
+            let continued = continueHeld(held.dropFirst(), uid: record.uid, root: false)
+            if continued > 0 {
+                log(.notice, "App \(app) (\(record.command)) exited while suspended; \(continued) of the processes stopped with it continued")
+            }
+            forgetLeftOut()
+        }
         if case let .freezer(cgroup)? = suspended[app]?.method { try? setFrozen(false, cgroup, of: app) }
         if let pending = takePendingFreeze(of: app) { try? setFrozen(false, pending.cgroup, of: app) }
         units[app] = nil
@@ -484,6 +512,48 @@ final class Enforcer {
         cgroupsUnread = false
     }
 
+    /// Keeps `stopped` (a process app's, `stopTree`'s) for the app's resumption; `again`
+    /// (a stray `SIGCONT`'s re-stop, which finds what the members forked meanwhile) adds it to
+    /// what its suspension kept, if that was kept. Nothing is kept for a unit app (its cgroup
+    /// is its members), after a walk that left members unreached (this action's), or past
+    /// `maximumHeldStops`: that app's resumption walks.
+    func holdStops(_ app: ProcessIdentity, _ stopped: [Pidfd], again: Bool) {
+        let earlier = takeHeldStops(app)
+        guard unit(app) == nil, unreached.isEmpty, !stopped.isEmpty, !again || earlier != nil else { return }
+        var held = stopped
+        if let earlier, again {
+            let known = Set(stopped.map(\.pid))
+            held += earlier.dropFirst().filter { !known.contains($0.pid) && !$0.hasExited }
+        }
+        guard heldStopCount + held.count <= Self.maximumHeldStops else { return }
+        heldStops[app] = held
+        heldStopCount += held.count
+    }
+
+    private func takeHeldStops(_ app: ProcessIdentity) -> [Pidfd]? {
+        guard let held = heldStops.removeValue(forKey: app) else { return nil }
+        heldStopCount -= held.count
+        return held
+    }
+
+    /// Sends `SIGCONT` to what a suspension kept (`holdStops`), the app's own process first
+    /// (`root`): as a walk from it would, nothing if an unprivileged owner could not signal
+    /// that one itself now; each other process checked so too (left out: `excluded`). Returns
+    /// how many were sent it.
+    @discardableResult
+    func continueHeld(_ held: some Collection<Pidfd>, uid: UInt32, root: Bool = true) -> Int {
+        var sent = 0
+        for (index, pidfd) in held.enumerated() {
+            if uid != 0, !ProcessTree.belongs(pidfd, to: uid) {
+                if !pidfd.hasExited { excluded.insert(pidfd.pid) }
+                if root, index == 0 { return 0 }
+                continue
+            }
+            if (try? pidfd.send(signal: Signal.continue)) != nil { sent += 1 }
+        }
+        return sent
+    }
+
     /// Stops every process of the app; returns the pidfds of the processes stopped. A process
     /// app's tree in one walk, each process stopped before its children are read (see
     /// `ProcessTree.members`); a unit's cgroup pass after pass until no new process appears
@@ -527,6 +597,7 @@ final class Enforcer {
     /// Notes how `app` is suspended (`nil`: it is not).
     func note(_ app: ProcessIdentity, _ record: (method: Method, command: String, uid: UInt32)?, at now: Int64) {
         suspended[app] = record
+        if record?.method != .signals, heldStops[app] != nil { _ = takeHeldStops(app) }
         if case .freezer? = record?.method {} else if freezerWatches[app]?.held == false { freezerWatches[app] = nil }
         if record?.method == .signals { signalSuspended.insert(app) } else { signalSuspended.remove(app) }
         armStopCheck(at: now)
@@ -551,7 +622,7 @@ final class Enforcer {
                 .filter { !["T", "t", "Z", "X", "D"].contains($0.state) }
             guard let first = running.first else { continue }
             log(.warning, "App \(app) (\(record.command)) was resumed while suspended (pid \(first.pid) is '\(first.state)', a stray SIGCONT?); stopping it again")
-            stopTree(app, uid: record.uid)
+            holdStops(app, stopTree(app, uid: record.uid), again: true)
         }
         forgetLeftOut()
         armStopCheck(at: now)
