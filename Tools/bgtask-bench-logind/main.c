@@ -12,10 +12,11 @@
  * locker sets it) and the time until every one of the PIDs (every process of the session's
  * apps, which bgtask-session suspends through bgtaskd: the first ROOTS are the windows' own,
  * the rest their descendants) is stopped, read from /proc/PID/stat; then the hint cleared and
- * every one running again. Then the baseline, the same ROUNDS on the same processes: SIGSTOP
- * sent to each through a pidfd opened before, timed the same way until every one is stopped,
- * then SIGCONT; and the same for the ROOTS alone. Prints "lock MS", "loop MS" and "roots MS"
- * lines.
+ * every one running again, timed too. Then the baseline, the same ROUNDS on the same
+ * processes: SIGSTOP sent to each through a pidfd opened before, timed the same way until
+ * every one is stopped, then SIGCONT, timed until every one runs; and the same for the ROOTS
+ * alone. Prints "lock MS", "unlock MS", "loop MS", "loop-continue MS", "roots MS" and
+ * "roots-continue MS" lines.
  *
  *   bgtask-bench-logind --lock SESSION-PATH ROUNDS ROOTS PID...
  */
@@ -103,8 +104,10 @@ static int loop_rounds(const char *label, int rounds, const int *pids, const int
         for (int i = 0; i < count; i++) syscall(SYS_pidfd_send_signal, pidfds[i], SIGSTOP, NULL, 0);
         if (await_all(pids, count, 1) < 0) return 1;
         printf("%s %.3f\n", label, (now_us() - start) / 1e3);
+        start = now_us();
         for (int i = 0; i < count; i++) syscall(SYS_pidfd_send_signal, pidfds[i], SIGCONT, NULL, 0);
         if (await_all(pids, count, 0) < 0) return 1;
+        printf("%s-continue %.3f\n", label, (now_us() - start) / 1e3);
         usleep(settle);
     }
     return 0;
@@ -118,8 +121,10 @@ static int lock_rounds(const char *session, int rounds, const int *pids, int cou
         if (set_locked(bus, session, 1) < 0) return 1;
         if (await_all(pids, count, 1) < 0) { fprintf(stderr, "round %d: not every app stopped within 10 s of the lock\n", round); return 1; }
         printf("lock %.3f\n", (now_us() - start) / 1e3);
+        start = now_us();
         if (set_locked(bus, session, 0) < 0) return 1;
         if (await_all(pids, count, 0) < 0) { fprintf(stderr, "round %d: not every app running again after the unlock\n", round); return 1; }
+        printf("unlock %.3f\n", (now_us() - start) / 1e3);
         usleep(settle);
     }
     sd_bus_flush_close_unref(bus);
