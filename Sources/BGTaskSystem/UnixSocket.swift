@@ -36,17 +36,43 @@ public enum UnixSocket {
     }
 
     /// A new non-blocking, close-on-exec listening socket bound at `path`, mode 0666 (access
-    /// is decided per call from peer credentials, not by the file mode).
+    /// is decided per call from peer credentials, not by the file mode). `EADDRINUSE` if a
+    /// file is there already.
+    ///
+    /// The socket is bound under a name of its own beside `path` (`.bgtaskd-PID-N`), listens,
+    /// and is renamed into place (`RENAME_NOREPLACE`: an existing file is refused as `bind`
+    /// would): a client that finds the file finds a socket listening. Bound at `path` itself,
+    /// a client that connected as soon as the file appeared could be refused
+    /// (`ECONNREFUSED`) before the `listen` (`make bench`'s daemon under callgrind was). Where
+    /// the name does not fit in a socket address, it is bound at `path` as before.
     public static func listen(path: String, backlog: Int32 = 4096) throws(Errno) -> FileDescriptor {
         let fd = FileDescriptor(try systemCall("socket") {
             socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         })
         let raw = fd.rawValue
-        let bindError = try withAddress(path) { address, length in bindOpenToAll(raw, address, length) }
+        let directory = path.lastIndex(of: "/").map { String(path[...$0]) } ?? ""
+        temporaryNames += 1
+        let temporary = directory + ".bgtaskd-\(getpid())-\(temporaryNames)"
+        let staged = !path.isEmpty && temporary.utf8.count <= maximumPathLength
+        let bound = staged ? temporary : path
+        if staged { unlink(temporary) }  // left by a process of this pid that was killed here
+        let bindError = try withAddress(bound) { address, length in bindOpenToAll(raw, address, length) }
         if bindError != 0 { throw Errno(bindError, "bind(\(path))") }
-        try systemCall("listen(\(path))") { Glibc.listen(raw, backlog) }
+        do throws(Errno) {
+            try systemCall("listen(\(path))") { Glibc.listen(raw, backlog) }
+            if staged {
+                let renamed = bgtask_rename_noreplace(temporary, path)
+                if renamed != 0 { throw Errno(renamed == -EEXIST ? EADDRINUSE : -renamed, "bind(\(path))") }
+            }
+        } catch {
+            if staged { unlink(temporary) }
+            throw error
+        }
         return fd
     }
+
+    /// Numbers the names `listen` binds under before renaming (one process may listen on many).
+    nonisolated(unsafe) private static var temporaryNames = 0
 
     /// Binds with the socket file's mode 0666. The mode comes from the umask at `bind` (a
     /// chmod by path afterwards could be swapped to another file in between), and the umask

@@ -17,6 +17,9 @@
 #include <sys/vfs.h>
 #include <spawn.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 /* Linux 6.5+; Debian 12's headers predate it. */
 #ifndef SO_PEERPIDFD
@@ -32,6 +35,12 @@ int unshare(int flags);
    root, working directory: CLONE_FS, 0x200), so that a umask it sets is its own. 0 or -errno. */
 static inline int bgtask_unshare_fs(void) {
     return unshare(0x00000200) < 0 ? -errno : 0;
+}
+
+/* Renames FROM to TO unless TO exists (renameat2 with RENAME_NOREPLACE, 1: then EEXIST).
+   0 or -errno. */
+static inline int bgtask_rename_noreplace(const char *from, const char *to) {
+    return syscall(SYS_renameat2, AT_FDCWD, from, AT_FDCWD, to, 1) < 0 ? -errno : 0;
 }
 
 struct bgtask_ucred {
@@ -66,6 +75,9 @@ static inline int bgtask_wtermsig(int status) { return WTERMSIG(status); }
 #include <linux/connector.h>
 #include <linux/cn_proc.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <string.h>
 #ifndef SOL_NETLINK
 #define SOL_NETLINK 270

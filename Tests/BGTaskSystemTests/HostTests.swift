@@ -70,6 +70,36 @@ import TestSupport
         #expect(status.st_mode & 0o777 == 0o666)
     }
 
+    /// A client that connects the moment the socket file appears is accepted, never refused:
+    /// the file is there only once the socket listens, or within a moment of it (a bind on a
+    /// thread of its own, then `listen` on the caller's after joining it, left a window a
+    /// client saw as `ECONNREFUSED`: `make bench`'s daemon under callgrind, at `8f45ee0`).
+    @Test func aSocketFileThatAppearsIsListenedOn() throws {
+        let directory = try temporaryDirectory("bgtask-listen")
+        defer { rmdir(directory) }
+        var refused = 0
+        for index in 0..<200 {
+            let path = directory + "/s\(index)"
+            let listening = Locked<FileDescriptor?>(nil)
+            let listener = Thread { listening.withLock { $0 = try? UnixSocket.listen(path: path) } }
+            listener.start()
+            let deadline = Clock.monotonicNanoseconds() + 5_000_000_000
+            while Clock.monotonicNanoseconds() < deadline {
+                do {
+                    _ = try UnixSocket.connect(path: path)
+                    break
+                } catch {
+                    if error.code == ECONNREFUSED { refused += 1 }
+                    if error.code != ENOENT && error.code != ECONNREFUSED { throw error }
+                }
+            }
+            while listening.withLock({ $0 }) == nil, Clock.monotonicNanoseconds() < deadline {}
+            listening.withLock { $0?.close() }
+            unlink(path)
+        }
+        #expect(refused == 0, "a connection refused by a socket whose file was there, \(refused) times")
+    }
+
     /// The process's umask (`/proc/self/status`, which reads it without setting it).
     static func processUmask() throws -> UInt32 {
         let text = String(decoding: try readFile("/proc/self/status"), as: UTF8.self)
