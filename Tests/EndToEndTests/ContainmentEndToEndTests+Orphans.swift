@@ -19,10 +19,12 @@ extension ContainmentEndToEndTests {
         Array(ProcessTree.members(of: try Pidfd.open(pid: pid)).map(\.pid).dropFirst())
     }
 
-    @Test(.enabled(if: getuid() == 0, "needs root: a network namespace (unshare --net) and setpriv to uid 65534"))
-    func aMemberReparentedWhileSuspendedIsContinuedWithTheApp() throws {
+    /// uid 65534's app (sh) → middle (sh) → leaf (sleep), backgrounded by uid 65534 (all three
+    /// stopped), then the middle shell killed: the sleep is re-parented, out of the app's
+    /// tree, still stopped. `then` gets the daemon, the app and the sleep (killed after it).
+    func withAMemberReparentedWhileSuspended(_ then: (TestDaemon, Spawned, Pidfd) throws -> Void) throws {
         let daemon = try TestDaemon(["BackgroundTimeSec=1min"], wrapper: Self.orphanWrapper)
-        // app (sh) → middle (sh) → leaf (sleep); the app becomes a waiting shell again after.
+        // Once its child is gone, the app's process waits on as `sleep`.
         let app = try Spawned("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "/bin/sh", "-c",
                                                    "sh -c 'sleep 60 & wait' & echo ready; wait; exec sleep 60"])
         defer { app.killTree() }
@@ -40,33 +42,26 @@ extension ContainmentEndToEndTests {
         try middle.send(signal: SIGKILL)
         try waitUntil("the sleep re-parented") { (try? ProcStat.read(pid: leaf.pid))?.parentPID != middle.pid }
         #expect(processState(leaf.pid) == "T")
-        #expect(try daemon.ctl(["foreground", String(app.pid)], asUser: 65534).0 == 0)
-        try waitUntil("the re-parented sleep continued") { processState(leaf.pid) == "S" }
-        try waitUntil("the app continued") { processState(app.pid) == "S" }
+        try then(daemon, app, leaf)
+    }
+
+    @Test(.enabled(if: getuid() == 0, "needs root: a network namespace (unshare --net) and setpriv to uid 65534"))
+    func aMemberReparentedWhileSuspendedIsContinuedWithTheApp() throws {
+        try withAMemberReparentedWhileSuspended { daemon, app, leaf in
+            #expect(try daemon.ctl(["foreground", String(app.pid)], asUser: 65534).0 == 0)
+            try waitUntil("the re-parented sleep continued") { processState(leaf.pid) == "S" }
+            try waitUntil("the app continued") { processState(app.pid) == "S" }
+        }
     }
 
     /// And a termination ends it with the app.
     @Test(.enabled(if: getuid() == 0, "needs root: a network namespace (unshare --net) and setpriv to uid 65534"))
     func aMemberReparentedWhileSuspendedIsTerminatedWithTheApp() throws {
-        let daemon = try TestDaemon(["BackgroundTimeSec=1min"], wrapper: Self.orphanWrapper)
-        let app = try Spawned("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "/bin/sh", "-c",
-                                                   "sh -c 'sleep 60 & wait' & echo ready; wait"])
-        defer { app.killTree() }
-        try app.expectLine("ready")
-        var below: [Int32] = []
-        try waitUntil("the middle shell and its sleep") {
-            below = try Self.descendants(of: app.pid)
-            return below.count == 2 && (try? ProcStat.read(pid: below[1]))?.command == "sleep"
+        try withAMemberReparentedWhileSuspended { daemon, app, leaf in
+            #expect(try daemon.ctl(["terminate", String(app.pid)], asUser: 65534).0 == 0)
+            try waitUntil("the app killed") { app.hasExited }
+            try waitUntil("the re-parented sleep killed") { leaf.hasExited }
         }
-        let middle = try Pidfd.open(pid: below[0]), leaf = try Pidfd.open(pid: below[1])
-        defer { try? leaf.send(signal: SIGKILL) }
-        #expect(try daemon.ctl(["background", String(app.pid)], asUser: 65534).0 == 0)
-        try waitUntil("the app's three processes stopped") { [app.pid, middle.pid, leaf.pid].allSatisfy { processState($0) == "T" } }
-        try middle.send(signal: SIGKILL)
-        try waitUntil("the sleep re-parented") { (try? ProcStat.read(pid: leaf.pid))?.parentPID != middle.pid }
-        #expect(try daemon.ctl(["terminate", String(app.pid)], asUser: 65534).0 == 0)
-        try waitUntil("the app killed") { app.hasExited }
-        try waitUntil("the re-parented sleep killed") { leaf.hasExited }
     }
 
     /// What a suspension kept is checked against the owner again at the resumption: a member
