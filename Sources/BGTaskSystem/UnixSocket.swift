@@ -51,8 +51,11 @@ public enum UnixSocket {
         })
         let raw = fd.rawValue
         let directory = path.lastIndex(of: "/").map { String(path[...$0]) } ?? ""
-        temporaryNames += 1
-        let temporary = directory + ".bgtaskd-\(getpid())-\(temporaryNames)"
+        let number = temporaryNames.withLock { count in
+            count += 1
+            return count
+        }
+        let temporary = directory + ".bgtaskd-\(getpid())-\(number)"
         let staged = !path.isEmpty && temporary.utf8.count <= maximumPathLength
         let bound = staged ? temporary : path
         if staged { unlink(temporary) }  // left by a process of this pid that was killed here
@@ -71,8 +74,10 @@ public enum UnixSocket {
         return fd
     }
 
-    /// Numbers the names `listen` binds under before renaming (one process may listen on many).
-    nonisolated(unsafe) private static var temporaryNames = 0
+    /// Numbers the names `listen` binds under before renaming: one process may listen on many
+    /// sockets, from several threads (a test process does), and two alike would unlink each
+    /// other's.
+    private static let temporaryNames = Locked(0)
 
     /// Binds with the socket file's mode 0666. The mode comes from the umask at `bind` (a
     /// chmod by path afterwards could be swapped to another file in between), and the umask

@@ -100,6 +100,33 @@ import TestSupport
         #expect(refused == 0, "a connection refused by a socket whose file was there, \(refused) times")
     }
 
+    /// Sockets made on several threads at once in one directory each get a name of their own
+    /// to be bound under before the rename: every one listens at its path.
+    @Test func socketsMadeOnSeveralThreadsAtOnceAllListen() throws {
+        let directory = try temporaryDirectory("bgtask-listeners")
+        defer { rmdir(directory) }
+        let failures = Locked<[String]>([]), finished = Locked(0)
+        for thread in 0..<4 {
+            Thread {
+                for index in 0..<300 {
+                    let path = directory + "/t\(thread)-\(index)"
+                    do {
+                        let listener = try UnixSocket.listen(path: path)
+                        _ = try UnixSocket.connect(path: path)
+                        listener.close()
+                    } catch {
+                        failures.withLock { $0.append("\(path): \(error)") }
+                    }
+                    unlink(path)
+                }
+                finished.withLock { $0 += 1 }
+            }.start()
+        }
+        try waitUntil("the four threads done", timeout: 30) { finished.withLock { $0 } == 4 }
+        #expect(failures.withLock { $0 }.isEmpty)
+        #expect(ProcessTree.directoryNames(directory).isEmpty, "names left behind")
+    }
+
     /// The process's umask (`/proc/self/status`, which reads it without setting it).
     static func processUmask() throws -> UInt32 {
         let text = String(decoding: try readFile("/proc/self/status"), as: UTF8.self)
