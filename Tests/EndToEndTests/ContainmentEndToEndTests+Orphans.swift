@@ -70,16 +70,18 @@ extension ContainmentEndToEndTests {
     @Test(.enabled(if: getuid() == 0, "needs root: a network namespace (unshare --net) and a setuid-root helper"))
     func aKeptMemberThatBecameRootIsNotContinued() throws {
         let daemon = try TestDaemon(["BackgroundTimeSec=1min"], wrapper: Self.orphanWrapper)
-        let helper = daemon.directory + "/rootpython", flag = daemon.directory + "/go"
+        let helper = daemon.directory + "/rootpython", go = daemon.directory + "/go"
         try copyFile("/usr/bin/python3", to: helper)
         chmod(helper, 0o4755)
         defer { unlink(helper) }
-        // The child waits for the flag with no child of its own (a `sleep` would be stopped
-        // with it, and keep it waiting), then becomes root.
+        // The child waits for a byte on a FIFO (with no child of its own: a `sleep` would be
+        // stopped with it, and keep it waiting), then becomes root.
+        #expect(mkfifo(go, 0o666) == 0)
+        defer { unlink(go) }
         let script = daemon.directory + "/child.py"
         try """
-            import os, time
-            while not os.path.exists("\(flag)"): time.sleep(0.02)
+            import os
+            open("\(go)", "rb").read(1)
             os.execv("\(helper)", ["rootpython", "-c", "import os, signal; os.setresuid(0, 0, 0); print(os.getpid(), flush=True); signal.pause()"])
             """.write(toFile: script, atomically: false, encoding: .utf8)
         let app = try Spawned("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "/bin/sh", "-c",
@@ -87,14 +89,21 @@ extension ContainmentEndToEndTests {
         defer { app.killTree() }
         try app.expectLine("ready")
         var below: [Int32] = []
-        try waitUntil("the waiting shell") { below = try Self.descendants(of: app.pid); return !below.isEmpty }
+        try waitUntil("the waiting child") { below = try Self.descendants(of: app.pid); return !below.isEmpty }
         let child = try Pidfd.open(pid: below[0])
         defer { try? child.send(signal: SIGKILL) }
         #expect(try daemon.ctl(["background", String(app.pid)], asUser: 65534).0 == 0)
-        try waitUntil("the app and its shell stopped") { processState(app.pid) == "T" && processState(child.pid) == "T" }
+        try waitUntil("the app and its child stopped") { processState(app.pid) == "T" && processState(child.pid) == "T" }
         // Continued by someone else, it becomes root; then it is stopped again (by root).
-        #expect(creat(flag, 0o644) >= 0)
         try child.send(signal: SIGCONT)
+        var writer: Int32 = -1
+        try waitUntil("the child reading the FIFO") {  // ENXIO until a reader has it open
+            writer = open(go, O_WRONLY | O_NONBLOCK | O_CLOEXEC)
+            return writer >= 0
+        }
+        var byte: UInt8 = 1
+        #expect(write(writer, &byte, 1) == 1)
+        close(writer)
         guard let line = try app.readLine(timeout: 10), Int32(line) == child.pid else { throw TestFailure("the shell did not become root") }
         #expect(try ProcStatus.uids(pid: child.pid) == ProcessUIDs(real: 0, effective: 0, saved: 0))
         try child.send(signal: SIGSTOP)
