@@ -44,7 +44,9 @@ public enum UnixSocket {
     /// would): a client that finds the file finds a socket listening. Bound at `path` itself,
     /// a client that connected as soon as the file appeared could be refused
     /// (`ECONNREFUSED`) before the `listen` (`make bench`'s daemon under callgrind was). Where
-    /// the name does not fit in a socket address, it is bound at `path` as before.
+    /// the name does not fit in a socket address, it is bound at `path` as before. Both names
+    /// are reached by path: `path`'s directory must be one nobody else can write
+    /// (`DaemonMain.openListener` requires it, as for the socket itself).
     public static func listen(path: String, backlog: Int32 = 4096) throws(Errno) -> FileDescriptor {
         let fd = FileDescriptor(try systemCall("socket") {
             socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)

@@ -75,9 +75,6 @@ static inline int bgtask_wtermsig(int status) { return WTERMSIG(status); }
 #include <linux/connector.h>
 #include <linux/cn_proc.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 #include <string.h>
 #ifndef SOL_NETLINK
 #define SOL_NETLINK 270
