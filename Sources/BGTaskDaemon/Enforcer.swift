@@ -48,12 +48,22 @@ final class Enforcer {
     /// fell back to signals; a second more running is nothing against a background budget.
     static let freezeBound: Int64 = 1_000_000_000
     /// How often signal-suspended apps are checked for a stray `SIGCONT`: a whole sweep every
-    /// 250 ms, a few apps per timer wake-up (each check walks the app's tree), at most one
-    /// wake-up every 10 ms; with many apps suspended the sweep takes longer (10,000 apps:
-    /// 25 s), so the check never costs a timer's lateness more than a few apps' walks.
-    static let stopCheckInterval: Int64 = 250_000_000
-    static let appsPerStopCheck = 4
+    /// second, in timer wake-ups that each read the states of about `processesPerStopCheck`
+    /// processes (an app's are read in one wake-up), at most one every 10 ms; with many
+    /// processes suspended the sweep takes longer (10,000 apps: 24 s, most of them walked,
+    /// past the processes kept), so a check never costs a timer's lateness more than a few
+    /// dozen reads or four walks. A locked session's
+    /// apps are suspended for hours: 200 windows (400 processes) checked every 250 ms, 4 apps
+    /// per wake-up, each walked, cost 100 wake-ups and 36 ms of CPU a second; their kept
+    /// processes read once a second, 13 wake-ups and ~4 ms.
+    static let stopCheckInterval: Int64 = 1_000_000_000
+    static let processesPerStopCheck = 32
     static let minimumStopCheckSpacing: Int64 = 10_000_000
+    /// What the check of an app with nothing kept (a `tracked` app, or one walked: past
+    /// `maximumHeldStops`, or unreached) counts as: a walk costs several reads per process,
+    /// and its processes are not known until it is made. Four such apps a wake-up, as when
+    /// every app was walked.
+    static let unkeptAppReads = processesPerStopCheck / 4
     /// Passes over a tree while stopping it; each pass catches children forked meanwhile.
     static let maximumStopPasses = 16
     /// How long a process app found not to have a cgroup of its own (`SuspendMode=auto`) is
@@ -607,25 +617,70 @@ final class Enforcer {
 
     /// Looks at a few signal-suspended apps (a sweep over all of them takes
     /// `stopCheckInterval`): one found running was continued by someone else, and is stopped
-    /// again.
+    /// again. An app whose suspension kept what it stopped (`holdStops`) is those processes'
+    /// states, read with no walk; a re-parented one continued is found so too (a walk from
+    /// the app's process no longer reaches it). Not found: a process forked by a kept one
+    /// continued meanwhile that was stopped again by someone else before the check.
     func checkStops(at now: Int64) {
         sendQueuedStops()  // first: an app suspended in this pass is not found running for want of its stop
         stopCheckArmed = false
         if sweep.isEmpty { sweep = Array(signalSuspended) }
-        for _ in 0..<Self.appsPerStopCheck {
-            guard let app = sweep.popLast() else { break }
+        var reads = 0
+        while reads < Self.processesPerStopCheck, let app = sweep.popLast() {
             guard let record = suspended[app], record.method == .signals else { continue }
-            // 'D' is no sign of a resumption: a shell that vforked a child stopped before its
-            // exec waits for it uninterruptibly for as long as it is stopped, and a process
-            // continued while in 'D' shows 'R' or 'S' at a later look.
-            let running = members(of: app, uid: record.uid).compactMap { try? ProcStat.read(pid: $0.pid) }
-                .filter { !["T", "t", "Z", "X", "D"].contains($0.state) }
-            guard let first = running.first else { continue }
-            log(.warning, "App \(app) (\(record.command)) was resumed while suspended (pid \(first.pid) is '\(first.state)', a stray SIGCONT?); stopping it again")
-            holdStops(app, stopTree(app, uid: record.uid), again: true)
+            let held = heldStops[app]
+            let looked = held ?? members(of: app, uid: record.uid)
+            reads += held?.count ?? Self.unkeptAppReads
+            guard let running = Self.firstRunning(looked, owner: held == nil || record.uid == 0 ? nil : record.uid) else { continue }
+            log(.warning, "App \(app) (\(record.command)) was resumed while suspended (pid \(running.pid) is '\(running.state)', a stray SIGCONT?); stopping it again")
+            holdStops(app, stopAgain(app, kept: held, uid: record.uid), again: true)
         }
         forgetLeftOut()
         armStopCheck(at: now)
+    }
+
+    /// Stops the app again after a stray `SIGCONT`: its tree (`stopTree`), then, below each
+    /// kept process the walk did not reach (re-parented while stopped), that process's own
+    /// tree, each process stopped before its children are read, as a walk does. Nothing if
+    /// the walk reached nothing (the app's own process gone, or no longer the owner's).
+    private func stopAgain(_ app: ProcessIdentity, kept: [Pidfd]?, uid: UInt32) -> [Pidfd] {
+        var stopped = stopTree(app, uid: uid)
+        guard let kept, !stopped.isEmpty else { return stopped }
+        var known = Set(stopped.map(\.pid))
+        var left: [Int32] = [], unopened: [Int32] = []
+        defer {
+            excluded.formUnion(left)
+            unreached.formUnion(unopened)
+        }
+        for pidfd in kept.dropFirst() where !known.contains(pidfd.pid) && !pidfd.hasExited {
+            for member in ProcessTree.members(of: pidfd, owner: uid == 0 ? nil : uid, excluded: &left, unreached: &unopened,
+                                              visit: { $0.pid == self.ownPID || $0.trySend(signal: Signal.stop) })
+            where member.pid != ownPID && known.insert(member.pid).inserted {
+                stopped.append(member)
+            }
+        }
+        return stopped
+    }
+
+    /// The first of `processes` that runs or sleeps. 'D' is no sign of a resumption: a shell
+    /// that vforked a child stopped before its exec waits for it uninterruptibly for as long
+    /// as it is stopped, and a process continued while in 'D' shows 'R' or 'S' at a later
+    /// look. A state read of a process whose pidfd reports an exit (its pid may be another's
+    /// by now) is not its; with `owner`, one that uid could no longer signal (a kept process
+    /// that ran a setuid program) is not the app's either, as in a walk.
+    static func firstRunning(_ processes: [Pidfd], owner: UInt32?) -> ProcStat? {
+        for pidfd in processes {
+            guard let stat = try? ProcStat.read(pid: pidfd.pid), !"TtZXD".contains(stat.state), !pidfd.hasExited,
+                  owner.map({ ProcessTree.belongs(pidfd, to: $0) }) ?? true else { continue }
+            return stat
+        }
+        return nil
+    }
+
+    /// How long after a check the next one comes, for a sweep of about `reads` states.
+    static func stopCheckSpacing(reads: Int) -> Int64 {
+        let checks = Int64(max(1, (reads + processesPerStopCheck - 1) / processesPerStopCheck))
+        return max(minimumStopCheckSpacing, stopCheckInterval / checks)
     }
 
     /// The next check armed while an app is suspended with signals, disarmed when none is: an
@@ -635,8 +690,8 @@ final class Enforcer {
             if stopCheckArmed { schedule(.stopCheck, nil) }
             stopCheckArmed = false
         } else if !stopCheckArmed {
-            let checks = Int64((signalSuspended.count + Self.appsPerStopCheck - 1) / Self.appsPerStopCheck)
-            schedule(.stopCheck, now + max(Self.minimumStopCheckSpacing, Self.stopCheckInterval / checks))
+            let unkept = max(0, signalSuspended.count - heldStops.count)
+            schedule(.stopCheck, now + Self.stopCheckSpacing(reads: heldStopCount + unkept * Self.unkeptAppReads))
             stopCheckArmed = true
         }
     }

@@ -176,6 +176,109 @@ import TestSupport
         rig.enforcer.resume(app, uid: 0, at: 0)
     }
 
+    /// A check reads what the suspension kept, not a walk: a member re-parented while stopped
+    /// (its parent killed), then continued by someone else, is found running and stopped
+    /// again, with the child it forked since (a walk from the app's process reaches neither).
+    @Test func aReparentedMemberContinuedIsStoppedAgainWithWhatItForked() throws {
+        let rig = try Rig()
+        // app (sh) → middle (sh) → leaf (python: forks a child at each SIGCONT, once it says
+        // it is ready).
+        let leafProgram = """
+            import os, signal
+            def forks(*_):
+                if os.fork() == 0:
+                    signal.signal(signal.SIGCONT, signal.SIG_DFL)
+                    while True: signal.pause()
+            signal.signal(signal.SIGCONT, forks)
+            print("ready", flush=True)
+            while True: signal.pause()
+            """
+        let shell = try Spawned("/bin/sh", ["-c", "\"$@\" & wait", "app",
+                                            "/bin/sh", "-c", "\"$@\" & wait", "middle", "/usr/bin/python3", "-c", leafProgram])
+        defer { shell.killTree() }
+        try shell.expectLine("ready")
+        var below: [Int32] = []
+        try waitUntil("the middle shell and the leaf") {
+            below = Array(processTree(of: shell.pidfd).map(\.pid).dropFirst())
+            return below.count == 2 && (try? ProcStat.read(pid: below[1]))?.command == "python3"
+        }
+        let middle = try Pidfd.open(pid: below[0]), leaf = try Pidfd.open(pid: below[1])
+        var forked: [Pidfd] = []
+        defer { for pidfd in ProcessTree.members(of: leaf) + forked { try? pidfd.send(signal: SIGKILL) } }
+        let app = try rig.app(shell)
+        rig.enforcer.suspend(app, uid: 0, command: "sh", mode: .signal, at: 0)
+        try waitUntil("the three stopped") { [shell.pid, middle.pid, leaf.pid].allSatisfy { processState($0) == "T" } }
+        try middle.send(signal: SIGKILL)
+        try waitUntil("the leaf re-parented") { (try? ProcStat.read(pid: leaf.pid))?.parentPID != middle.pid }
+        try leaf.send(signal: SIGCONT)  // someone else continues it; it forks
+        try waitUntil("the leaf's child") {
+            forked = Array(processTree(of: leaf).dropFirst()).compactMap { try? Pidfd.open(pid: $0.pid) }
+            return forked.count == 1 && processState(leaf.pid) != "T" && processState(forked[0].pid) != "T"
+        }
+        rig.enforcer.checkStops(at: Enforcer.stopCheckInterval)
+        #expect(rig.logged.contains { $0.contains("was resumed while suspended (pid \(leaf.pid) ") }, "\(rig.logged)")
+        try waitUntil("the leaf and its child stopped again") { [leaf.pid, forked[0].pid].allSatisfy { processState($0) == "T" } }
+        // What was stopped again is continued with the app.
+        rig.enforcer.resume(app, uid: 0, at: Enforcer.stopCheckInterval)
+        try waitUntil("the leaf's first child running") { processState(forked[0].pid) == "S" }
+    }
+
+    /// A kept process that became another user's (it ran a setuid program) after someone else
+    /// continued it is no longer the app's: a check that finds it running does not count the
+    /// app resumed (and would stop it again, and log so, at every check).
+    @Test(.enabled(if: getuid() == 0, "needs root: setpriv to uid 65534 and a setuid-root helper"))
+    func aKeptProcessThatBecameAnotherUsersIsNotTheAppsAtTheCheck() throws {
+        let rig = try Rig()
+        let directory = try temporaryDirectory("bgtaskd-enforcer")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        chmod(directory, 0o755)
+        let helper = directory + "/rootpython", go = directory + "/go"
+        // The bytes (`copyItem` copies /usr/bin/python3, a symbolic link, as one).
+        try Data(contentsOf: URL(fileURLWithPath: "/usr/bin/python3")).write(to: URL(fileURLWithPath: helper))
+        chmod(helper, 0o4755)
+        #expect(mkfifo(go, 0o666) == 0)
+        let program = """
+            import os
+            open("\(go)", "rb").read(1)
+            os.execv("\(helper)", ["rootpython", "-c", "import os, signal; os.setresuid(0, 0, 0); print(os.getpid(), flush=True); signal.pause()"])
+            """
+        let shell = try Spawned("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "/bin/sh", "-c",
+                                                     "\"$@\" & echo ready; wait", "app", "/usr/bin/python3", "-c", program])
+        defer { shell.killTree() }
+        try shell.expectLine("ready")
+        var below: [Pidfd] = []
+        try waitUntil("the waiting child") { below = Array(ProcessTree.members(of: shell.pidfd).dropFirst()); return !below.isEmpty }
+        let child = below[0]
+        defer { try? child.send(signal: SIGKILL) }
+        let app = try rig.app(shell)
+        rig.enforcer.suspend(app, uid: 65534, command: "sh", mode: .signal, at: 0)
+        try waitUntil("the app and its child stopped") { processState(shell.pid) == "T" && processState(child.pid) == "T" }
+        try child.send(signal: SIGCONT)  // someone else continues it; it becomes root, and runs
+        var writer: Int32 = -1
+        try waitUntil("the child reading the FIFO") {  // ENXIO until a reader has it open
+            writer = open(go, O_WRONLY | O_NONBLOCK | O_CLOEXEC)
+            return writer >= 0
+        }
+        var byte: UInt8 = 1
+        #expect(write(writer, &byte, 1) == 1)
+        close(writer)
+        guard let line = try shell.readLine(timeout: 10), Int32(line) == child.pid else { throw TestFailure("the child did not become root") }
+        rig.enforcer.checkStops(at: Enforcer.stopCheckInterval)
+        #expect(!rig.logged.contains { $0.contains("was resumed while suspended") }, "\(rig.logged)")
+        #expect(processState(child.pid) != "T")  // root's, running
+        rig.enforcer.resume(app, uid: 65534, at: Enforcer.stopCheckInterval)
+    }
+
+    /// The check's pace: a sweep of every signal-suspended app each `stopCheckInterval`, in
+    /// wake-ups of about `processesPerStopCheck` reads, at most one every 10 ms.
+    @Test func theStrayCheckPacesItsWakeUpsByTheProcessesToRead() {
+        #expect(Enforcer.stopCheckSpacing(reads: 0) == Enforcer.stopCheckInterval)
+        #expect(Enforcer.stopCheckSpacing(reads: Enforcer.processesPerStopCheck) == Enforcer.stopCheckInterval)
+        // A locked session of 200 windows, two processes each: 13 wake-ups a second.
+        #expect(Enforcer.stopCheckSpacing(reads: 400) == Enforcer.stopCheckInterval / 13)
+        #expect(Enforcer.stopCheckSpacing(reads: 20_000) == Enforcer.minimumStopCheckSpacing)
+    }
+
     /// The daemon's CAP_KILL is not lent: an app of uid 65534 is what uid 65534 could signal.
     @Test func anUnprivilegedOwnersActionLeavesOthersProcessesAlone() throws {
         let rig = try Rig()

@@ -64,6 +64,22 @@ extension ContainmentEndToEndTests {
         }
     }
 
+    /// And the stray-`SIGCONT` check reads what the suspension kept: continued by someone
+    /// else, the re-parented sleep is stopped again (a walk from the app's process no longer
+    /// reaches it).
+    @Test(.enabled(if: getuid() == 0, "needs root: a network namespace (unshare --net) and setpriv to uid 65534"))
+    func aMemberReparentedWhileSuspendedAndContinuedIsStoppedAgain() throws {
+        try withAMemberReparentedWhileSuspended { daemon, app, leaf in
+            try leaf.send(signal: SIGCONT)
+            try waitUntil("the check's log line") {
+                daemon.logged { $0.contains("was resumed while suspended (pid \(leaf.pid) ") }
+            }
+            try waitUntil("the re-parented sleep stopped again") { processState(leaf.pid) == "T" }
+            #expect(try daemon.ctl(["foreground", String(app.pid)], asUser: 65534).0 == 0)
+            try waitUntil("the re-parented sleep continued with the app") { processState(leaf.pid) == "S" }
+        }
+    }
+
     /// What a suspension kept is checked against the owner again at the resumption: a member
     /// continued by someone else meanwhile that became root (a setuid program) is not sent
     /// `SIGCONT` for uid 65534, though the suspension stopped it.
