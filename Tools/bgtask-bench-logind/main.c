@@ -16,7 +16,10 @@
  * processes: SIGSTOP sent to each through a pidfd opened before, timed the same way until
  * every one is stopped, then SIGCONT, timed until every one runs; and the same for the ROOTS
  * alone. Prints "lock MS", "unlock MS", "loop MS", "loop-continue MS", "roots MS" and
- * "roots-continue MS" lines.
+ * "roots-continue MS" lines. With BENCH_DAEMON_PID, the first round holds the lock for 6 s
+ * once every process is stopped, and the last 5 s of it give that process's wake-ups and
+ * CPU (all its threads, from /proc) while nothing happens: "locked-wakeups PER-SECOND" and
+ * "locked-cpu MS-PER-SECOND" lines.
  *
  *   bgtask-bench-logind --lock SESSION-PATH ROUNDS ROOTS PID...
  */
@@ -28,6 +31,7 @@
 #include <signal.h>
 #include <string.h>
 #include <fcntl.h>
+#include <dirent.h>
 #include <sys/syscall.h>
 
 static double now_us(void) {
@@ -113,6 +117,49 @@ static int loop_rounds(const char *label, int rounds, const int *pids, const int
     return 0;
 }
 
+/* The context switches (voluntary and not) and CPU nanoseconds of every thread of `pid`,
+ * summed; -1 when it cannot be read. */
+static int counters_of(int pid, double *switches, double *cpu_ns) {
+    char path[128], line[256];
+    snprintf(path, sizeof path, "/proc/%d/task", pid);
+    DIR *tasks = opendir(path);
+    if (!tasks) return -1;
+    *switches = 0;
+    *cpu_ns = 0;
+    for (struct dirent *task; (task = readdir(tasks));) {
+        if (task->d_name[0] == '.') continue;
+        snprintf(path, sizeof path, "/proc/%d/task/%s/status", pid, task->d_name);
+        FILE *status = fopen(path, "re");
+        if (!status) continue;
+        while (fgets(line, sizeof line, status)) {
+            unsigned long long n;
+            if (sscanf(line, "voluntary_ctxt_switches: %llu", &n) == 1 || sscanf(line, "nonvoluntary_ctxt_switches: %llu", &n) == 1)
+                *switches += (double)n;
+        }
+        fclose(status);
+        snprintf(path, sizeof path, "/proc/%d/task/%s/schedstat", pid, task->d_name);
+        FILE *schedstat = fopen(path, "re");
+        unsigned long long ns;
+        if (schedstat && fscanf(schedstat, "%llu", &ns) == 1) *cpu_ns += (double)ns;
+        if (schedstat) fclose(schedstat);
+    }
+    closedir(tasks);
+    return 0;
+}
+
+/* With the session locked and every process stopped: the daemon's wake-ups and CPU a second
+ * over `seconds`, after a second for what the lock started to end. */
+static void hold_locked(int daemon, int seconds) {
+    double switches0, cpu0, switches1, cpu1;
+    sleep(1);
+    double start = now_us();
+    if (counters_of(daemon, &switches0, &cpu0) < 0) { fprintf(stderr, "cannot read /proc/%d\n", daemon); return; }
+    sleep((unsigned)seconds);
+    if (counters_of(daemon, &switches1, &cpu1) < 0) { fprintf(stderr, "cannot read /proc/%d\n", daemon); return; }
+    double elapsed = (now_us() - start) / 1e6;
+    printf("locked-wakeups %.1f\nlocked-cpu %.3f\n", (switches1 - switches0) / elapsed, (cpu1 - cpu0) / 1e6 / elapsed);
+}
+
 static int lock_rounds(const char *session, int rounds, const int *pids, int count, int roots) {
     sd_bus *bus = NULL;
     if (sd_bus_open_system(&bus) < 0) { fprintf(stderr, "cannot connect to the system bus\n"); return 1; }
@@ -121,6 +168,8 @@ static int lock_rounds(const char *session, int rounds, const int *pids, int cou
         if (set_locked(bus, session, 1) < 0) return 1;
         if (await_all(pids, count, 1) < 0) { fprintf(stderr, "round %d: not every app stopped within 10 s of the lock\n", round); return 1; }
         printf("lock %.3f\n", (now_us() - start) / 1e3);
+        const char *daemon = getenv("BENCH_DAEMON_PID");
+        if (round == 0 && daemon && atoi(daemon) > 1) hold_locked(atoi(daemon), 5);
         start = now_us();
         if (set_locked(bus, session, 0) < 0) return 1;
         if (await_all(pids, count, 0) < 0) { fprintf(stderr, "round %d: not every app running again after the unlock\n", round); return 1; }
