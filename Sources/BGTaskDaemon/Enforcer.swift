@@ -124,11 +124,17 @@ final class Enforcer {
     /// the tree meanwhile. A member whose parent was killed while it was stopped is below the
     /// app's process no more: the walk a resumption made left it stopped for ever. An app
     /// whose walk left members unreached, or whose stopped processes do not fit within
-    /// `maximumHeldStops` beside the others', is walked at its resumption, as before.
-    private var heldStops: [ProcessIdentity: [Pidfd]] = [:]
+    /// `heldStopLimits` beside the others', is walked at its resumption, as before.
+    private(set) var heldStops: [ProcessIdentity: (uid: UInt32, pidfds: [Pidfd])] = [:]
     private var heldStopCount = 0
-    /// The most pidfds `heldStops` keeps, all apps together (the tracker keeps as many).
-    static let maximumHeldStops = min(1024, max(16, Host.descriptorLimit / 16))
+    private var heldStopsByUser: [UInt32: Int] = [:]
+    /// The most pidfds `heldStops` keeps, all apps together: a sixteenth of the descriptors,
+    /// as the tracker's members, at most 4,096 (the system unit's limit gives that).
+    static let maximumHeldStops = min(4096, max(16, Host.descriptorLimit / 16))
+    /// What `heldStops` keeps at most, in all and for one owner's apps: half, so that no user
+    /// (uid 65534 suspending its own apps of many processes) keeps another's from being kept.
+    /// A 200-window session of two processes a window keeps 400.
+    var heldStopLimits = (all: Enforcer.maximumHeldStops, perUser: Enforcer.maximumHeldStops / 2)
     /// Apps sent a catchable signal: what to `SIGKILL` when the grace runs out.
     var terminating: [ProcessIdentity: (pidfds: [Pidfd], cgroup: Cgroup?)] = [:]
     /// Processes left out of the action in progress because the owner could not signal them.
@@ -526,24 +532,30 @@ final class Enforcer {
     /// (a stray `SIGCONT`'s re-stop, which finds what the members forked meanwhile) adds it to
     /// what its suspension kept, if that was kept. Nothing is kept for a unit app (its cgroup
     /// is its members), after a walk that left members unreached (this action's), or past
-    /// `maximumHeldStops`: that app's resumption walks.
+    /// `heldStopLimits` (in all, or the owner's): that app's resumption walks. Called once
+    /// the suspension is noted (its owner is the record's).
     func holdStops(_ app: ProcessIdentity, _ stopped: [Pidfd], again: Bool) {
         let earlier = takeHeldStops(app)
-        guard unit(app) == nil, unreached.isEmpty, !stopped.isEmpty, !again || earlier != nil else { return }
+        guard let uid = suspended[app]?.uid, unit(app) == nil, unreached.isEmpty, !stopped.isEmpty, !again || earlier != nil
+        else { return }
         var held = stopped
         if let earlier, again {
             let known = Set(stopped.map(\.pid))
             held += earlier.dropFirst().filter { !known.contains($0.pid) && !$0.hasExited }
         }
-        guard heldStopCount + held.count <= Self.maximumHeldStops else { return }
-        heldStops[app] = held
+        let owners = heldStopsByUser[uid, default: 0]
+        guard heldStopCount + held.count <= heldStopLimits.all, owners + held.count <= heldStopLimits.perUser else { return }
+        heldStops[app] = (uid, held)
         heldStopCount += held.count
+        heldStopsByUser[uid] = owners + held.count
     }
 
     private func takeHeldStops(_ app: ProcessIdentity) -> [Pidfd]? {
         guard let held = heldStops.removeValue(forKey: app) else { return nil }
-        heldStopCount -= held.count
-        return held
+        heldStopCount -= held.pidfds.count
+        let owners = heldStopsByUser[held.uid, default: 0] - held.pidfds.count
+        heldStopsByUser[held.uid] = owners > 0 ? owners : nil
+        return held.pidfds
     }
 
     /// Sends `SIGCONT` to what a suspension kept (`holdStops`), the app's own process first
@@ -628,7 +640,7 @@ final class Enforcer {
         var reads = 0
         while reads < Self.processesPerStopCheck, let app = sweep.popLast() {
             guard let record = suspended[app], record.method == .signals else { continue }
-            let held = heldStops[app]
+            let held = heldStops[app]?.pidfds
             let looked = held ?? members(of: app, uid: record.uid)
             reads += held?.count ?? Self.unkeptAppReads
             guard let running = Self.firstRunning(looked, owner: held == nil || record.uid == 0 ? nil : record.uid) else { continue }

@@ -269,6 +269,40 @@ import TestSupport
         rig.enforcer.resume(app, uid: 65534, at: Enforcer.stopCheckInterval)
     }
 
+    /// What suspensions keep is bounded for each owner too: uid 65534's apps, past their
+    /// share, are walked at their resumption as before, and root's app is still kept.
+    @Test(.enabled(if: getuid() == 0, "needs root: setpriv to uid 65534"))
+    func oneUsersAppsKeepNoMoreThanTheirShareOfWhatIsKept() throws {
+        let rig = try Rig()
+        rig.enforcer.heldStopLimits = (all: 5, perUser: 3)
+        var shells: [Spawned] = []
+        defer { for shell in shells { shell.killTree() } }
+        // A shell and its sleep, the owner's; suspended by the owner.
+        func suspended(uid: UInt32) throws -> ProcessIdentity {
+            let command = (uid == 0 ? [] : ["/usr/bin/setpriv", "--reuid=\(uid)", "--regid=\(uid)", "--clear-groups"])
+                + ["/bin/sh", "-c", "sleep 1000 & echo ready; wait"]
+            let shell = try Spawned(command[0], Array(command.dropFirst()))
+            shells.append(shell)
+            try shell.expectLine("ready")
+            try waitUntil("its sleep") { processTree(of: shell.pidfd).count == 2 }
+            let app = try rig.app(shell)
+            rig.enforcer.suspend(app, uid: uid, command: "sh", mode: .signal, at: 0)
+            try waitUntil("both stopped") { processTree(of: shell.pidfd).allSatisfy { $0.state == "T" } }
+            return app
+        }
+        let first = try suspended(uid: 65534), second = try suspended(uid: 65534), roots = try suspended(uid: 0)
+        #expect(rig.enforcer.heldStops[first]?.pidfds.count == 2)
+        #expect(rig.enforcer.heldStops[second] == nil)  // 4 would be past uid 65534's 3
+        #expect(rig.enforcer.heldStops[roots]?.pidfds.count == 2)
+        // A resumption gives the owner's share back.
+        rig.enforcer.resume(first, uid: 65534, at: 1)
+        let third = try suspended(uid: 65534)
+        #expect(rig.enforcer.heldStops[third]?.pidfds.count == 2)
+        for (app, uid) in [(second, UInt32(65534)), (roots, 0), (third, 65534)] { rig.enforcer.resume(app, uid: uid, at: 2) }
+        try waitUntil("every one running") { shells.allSatisfy { processTree(of: $0.pidfd).allSatisfy { $0.state != "T" } } }
+        #expect(rig.enforcer.heldStops.isEmpty)
+    }
+
     /// The check's pace: a sweep of every signal-suspended app each `stopCheckInterval`, in
     /// wake-ups of about `processesPerStopCheck` reads, at most one every 10 ms.
     @Test func theStrayCheckPacesItsWakeUpsByTheProcessesToRead() {
