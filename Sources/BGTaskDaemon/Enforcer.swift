@@ -50,17 +50,16 @@ final class Enforcer {
     /// How often signal-suspended apps are checked for a stray `SIGCONT`: a whole sweep every
     /// second, in timer wake-ups that each read the states of about `processesPerStopCheck`
     /// processes (an app's are read in one wake-up), at most one every 10 ms; with many
-    /// processes suspended the sweep takes longer (10,000 apps: 24 s, most of them walked,
-    /// past the processes kept), so a check never costs a timer's lateness more than a few
-    /// dozen reads or four walks. A locked session's
-    /// apps are suspended for hours: 200 windows (400 processes) checked every 250 ms, 4 apps
-    /// per wake-up, each walked, cost 100 wake-ups and 36 ms of CPU a second; their kept
-    /// processes read once a second, 13 wake-ups and ~4 ms.
+    /// processes suspended the sweep takes longer (10,000 apps walked: 25 s), so a check never
+    /// costs a timer's lateness more than a few dozen reads or four walks. A locked session's
+    /// apps are suspended for hours: its 200 windows (400 processes) checked every 250 ms, 4
+    /// apps a wake-up, each walked, cost the daemon 100 wake-ups and 59–66 ms of CPU a second;
+    /// their kept processes read once a second, 13 wake-ups and 10 ms (`scripts/bench-lock`).
     static let stopCheckInterval: Int64 = 1_000_000_000
     static let processesPerStopCheck = 32
     static let minimumStopCheckSpacing: Int64 = 10_000_000
     /// What the check of an app with nothing kept (a `tracked` app, or one walked: past
-    /// `maximumHeldStops`, or unreached) counts as: a walk costs several reads per process,
+    /// `heldStopLimits`, or unreached) counts as: a walk costs several reads per process,
     /// and its processes are not known until it is made. Four such apps a wake-up, as when
     /// every app was walked.
     static let unkeptAppReads = processesPerStopCheck / 4
