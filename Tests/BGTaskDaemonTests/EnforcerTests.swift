@@ -232,18 +232,9 @@ import TestSupport
         let directory = try temporaryDirectory("bgtaskd-enforcer")
         defer { try? FileManager.default.removeItem(atPath: directory) }
         chmod(directory, 0o755)
-        let helper = directory + "/rootpython", go = directory + "/go"
-        // The bytes (`copyItem` copies /usr/bin/python3, a symbolic link, as one).
-        try Data(contentsOf: URL(fileURLWithPath: "/usr/bin/python3")).write(to: URL(fileURLWithPath: helper))
-        chmod(helper, 0o4755)
-        #expect(mkfifo(go, 0o666) == 0)
-        let program = """
-            import os
-            open("\(go)", "rb").read(1)
-            os.execv("\(helper)", ["rootpython", "-c", "import os, signal; os.setresuid(0, 0, 0); print(os.getpid(), flush=True); signal.pause()"])
-            """
+        let becoming = try BecomingRoot(in: directory)
         let shell = try Spawned("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "/bin/sh", "-c",
-                                                     "\"$@\" & echo ready; wait", "app", "/usr/bin/python3", "-c", program])
+                                                     "\"$@\" & echo ready; wait", "app", "/usr/bin/python3", "-c", becoming.program])
         defer { shell.killTree() }
         try shell.expectLine("ready")
         var below: [Pidfd] = []
@@ -254,14 +245,7 @@ import TestSupport
         rig.enforcer.suspend(app, uid: 65534, command: "sh", mode: .signal, at: 0)
         try waitUntil("the app and its child stopped") { processState(shell.pid) == "T" && processState(child.pid) == "T" }
         try child.send(signal: SIGCONT)  // someone else continues it; it becomes root, and runs
-        var writer: Int32 = -1
-        try waitUntil("the child reading the FIFO") {  // ENXIO until a reader has it open
-            writer = open(go, O_WRONLY | O_NONBLOCK | O_CLOEXEC)
-            return writer >= 0
-        }
-        var byte: UInt8 = 1
-        #expect(write(writer, &byte, 1) == 1)
-        close(writer)
+        try becoming.release()
         guard let line = try shell.readLine(timeout: 10), Int32(line) == child.pid else { throw TestFailure("the child did not become root") }
         rig.enforcer.checkStops(at: Enforcer.stopCheckInterval)
         #expect(!rig.logged.contains { $0.contains("was resumed while suspended") }, "\(rig.logged)")

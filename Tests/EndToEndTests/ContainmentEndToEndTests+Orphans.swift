@@ -86,22 +86,12 @@ extension ContainmentEndToEndTests {
     @Test(.enabled(if: getuid() == 0, "needs root: a network namespace (unshare --net) and a setuid-root helper"))
     func aKeptMemberThatBecameRootIsNotContinued() throws {
         let daemon = try TestDaemon(["BackgroundTimeSec=1min"], wrapper: Self.orphanWrapper)
-        let helper = daemon.directory + "/rootpython", go = daemon.directory + "/go"
-        try copyFile("/usr/bin/python3", to: helper)
-        chmod(helper, 0o4755)
-        defer { unlink(helper) }
-        // The child waits for a byte on a FIFO (with no child of its own: a `sleep` would be
-        // stopped with it, and keep it waiting), then becomes root.
-        #expect(mkfifo(go, 0o666) == 0)
-        defer { unlink(go) }
-        let script = daemon.directory + "/child.py"
-        try """
-            import os
-            open("\(go)", "rb").read(1)
-            os.execv("\(helper)", ["rootpython", "-c", "import os, signal; os.setresuid(0, 0, 0); print(os.getpid(), flush=True); signal.pause()"])
-            """.write(toFile: script, atomically: false, encoding: .utf8)
+        let becoming = try BecomingRoot(in: daemon.directory)
+        defer { becoming.remove() }
+        // The child waits on a FIFO with no child of its own (a `sleep` would be stopped with
+        // it, and keep it waiting), then becomes root.
         let app = try Spawned("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "/bin/sh", "-c",
-                                                   "/usr/bin/python3 \(script) & echo ready; wait"])
+                                                   "\"$@\" & echo ready; wait", "app", "/usr/bin/python3", "-c", becoming.program])
         defer { app.killTree() }
         try app.expectLine("ready")
         var below: [Int32] = []
@@ -112,14 +102,7 @@ extension ContainmentEndToEndTests {
         try waitUntil("the app and its child stopped") { processState(app.pid) == "T" && processState(child.pid) == "T" }
         // Continued by someone else, it becomes root; then it is stopped again (by root).
         try child.send(signal: SIGCONT)
-        var writer: Int32 = -1
-        try waitUntil("the child reading the FIFO") {  // ENXIO until a reader has it open
-            writer = open(go, O_WRONLY | O_NONBLOCK | O_CLOEXEC)
-            return writer >= 0
-        }
-        var byte: UInt8 = 1
-        #expect(write(writer, &byte, 1) == 1)
-        close(writer)
+        try becoming.release()
         guard let line = try app.readLine(timeout: 10), Int32(line) == child.pid else { throw TestFailure("the shell did not become root") }
         #expect(try ProcStatus.uids(pid: child.pid) == ProcessUIDs(real: 0, effective: 0, saved: 0))
         try child.send(signal: SIGSTOP)
