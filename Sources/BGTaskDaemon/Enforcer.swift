@@ -618,7 +618,7 @@ final class Enforcer {
     /// Notes how `app` is suspended (`nil`: it is not).
     func note(_ app: ProcessIdentity, _ record: (method: Method, command: String, uid: UInt32)?, at now: Int64) {
         suspended[app] = record
-        if record?.method != .signals, heldStops[app] != nil { _ = takeHeldStops(app) }
+        if record?.method != .signals { _ = takeHeldStops(app) }
         if case .freezer? = record?.method {} else if freezerWatches[app]?.held == false { freezerWatches[app] = nil }
         if record?.method == .signals { signalSuspended.insert(app) } else { signalSuspended.remove(app) }
         armStopCheck(at: now)
