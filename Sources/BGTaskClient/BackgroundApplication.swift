@@ -128,7 +128,7 @@ public final class BackgroundApplication: @unchecked Sendable {
         guard let id = reply["taskId"]?.intValue.map(Int.init), id > 0 else { return .invalid }
         let granted = reply[Field.state]?.stringValue == "granted"
         let early = state.withLock { $0.client.begun(id, name: name ?? "", handler: expirationHandler, granted: granted) }
-        events.perform(early, self)
+        if !early.isEmpty { events.post(early) }
         return BackgroundTaskIdentifier(rawValue: id)
     }
 

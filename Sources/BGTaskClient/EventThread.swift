@@ -8,13 +8,18 @@ import Varlink
 /// passing of time to the application's `ClientState`, and carries out what that returns.
 /// It blocks only in `poll`, with a timeout at the state's next deadline: its own calls
 /// (`FinishBackgroundTransition`, ends left over from a lost daemon) go out on a connection
-/// of its own without waiting for their replies.
+/// of its own without waiting for their replies. What the state returns to a call made on
+/// another thread is `post`ed to it: only it carries effects out, its connections its own.
 final class EventThread: @unchecked Sendable {
     // Touched only on the thread once started.
     private var subscription: VarlinkConnection?
     private var calls: PipelinedConnection<DaemonCall>?
     private let wakeRead: FileDescriptor
     private let wakeWrite: FileDescriptor
+    /// The thread once started: effects are carried out there alone (`perform`).
+    private var thread: Thread?
+    /// Effects the state returned on another thread, for this one to carry out (`post`).
+    private let posted = Locked<[BackgroundApplication.Client.Effect]>([])
 
     init() throws(ClientError) {
         do {
@@ -33,11 +38,22 @@ final class EventThread: @unchecked Sendable {
             self.run(application)
         }
         thread.name = "bgtask-events"
+        self.thread = thread
         thread.start()
     }
 
     /// Makes the thread look at its state again.
     func wake() { _ = try? wakeWrite.writeFile([1]) }
+
+    /// Hands the thread effects the state returned to a call on another thread (a wake's
+    /// completion handler, `beginBackgroundTask`, on the app's queue), and wakes it. Carried
+    /// out there, a completion's `FinishWake` raced the thread's own flush of the calls
+    /// connection: the frame written twice, and the app stopped by "Can't remove more items
+    /// from a collection than it has" in `PipelinedConnection.flush`.
+    func post(_ effects: [BackgroundApplication.Client.Effect]) {
+        posted.withLock { $0 += effects }
+        wake()
+    }
 
     private func run(_ app: BackgroundApplication) {
         while let deadline = app.state.withLock({ $0.closed ? nil : Optional($0.client.nextDeadline) }) {
@@ -51,6 +67,7 @@ final class EventThread: @unchecked Sendable {
             if ready.contains(0) { _ = try? wakeRead.readAvailable(upTo: 256) }
             if ready.contains(1) { follow(app) }
             if ready.contains(2) { exchangeCalls(app) }
+            perform(posted.withLock { posted in defer { posted = [] }; return posted }, app)
             perform(app.state.withLock { $0.client.tick(at: Clock.monotonicNanoseconds()) }, app)
         }
         subscription?.close()
@@ -81,8 +98,9 @@ final class EventThread: @unchecked Sendable {
         perform(app.state.withLock { $0.client.receive(event, at: Clock.monotonicNanoseconds()) }, app)
     }
 
-    /// Carries out what the state asked for.
+    /// Carries out what the state asked for: on this thread (or before it starts).
     func perform(_ effects: [BackgroundApplication.Client.Effect], _ app: BackgroundApplication) {
+        assert(thread == nil || Thread.current === thread, "the library's effects are carried out on its thread")
         for effect in effects {
             switch effect {
             case let .runHandler(handler, reason):
@@ -108,9 +126,7 @@ final class EventThread: @unchecked Sendable {
                 let delegate = app.delegateReference
                 app.onQueue { [weak self] in
                     let completion = WakeCompletion { [weak self] in
-                        let effects = app.state.withLock { $0.client.wakeCompleted(at: Clock.monotonicNanoseconds()) }
-                        self?.perform(effects, app)
-                        self?.wake()
+                        self?.post(app.state.withLock { $0.client.wakeCompleted(at: Clock.monotonicNanoseconds()) })
                     }
                     let userInfo = payload.flatMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
                     app.wakeReasonBox.withLock { $0 = reason }
