@@ -278,7 +278,7 @@ final class Enforcer {
         // What its suspension stopped and the walk no longer finds (re-parented meanwhile) is
         // the app's all the same.
         known.formUnion(pidfds.map(\.pid))
-        pidfds += (held ?? []).dropFirst().filter { !known.contains($0.pid) && (uid == 0 || ProcessTree.belongs($0, to: uid)) }
+        pidfds += (held ?? []).dropFirst().filter { !known.contains($0.pid) && Self.owner(uid, maySignal: $0) }
         for pidfd in pidfds {
             if signal != Signal.kill { try? pidfd.send(signal: Signal.continue) }
             try? pidfd.send(signal: signal)
@@ -565,7 +565,7 @@ final class Enforcer {
     func continueHeld(_ held: some Collection<Pidfd>, uid: UInt32, root: Bool = true) -> Int {
         var sent = 0
         for (index, pidfd) in held.enumerated() {
-            if uid != 0, !ProcessTree.belongs(pidfd, to: uid) {
+            if !Self.owner(uid, maySignal: pidfd) {
                 if !pidfd.hasExited { excluded.insert(pidfd.pid) }
                 if root, index == 0 { return 0 }
                 continue
@@ -642,7 +642,7 @@ final class Enforcer {
             let held = heldStops[app]?.pidfds
             let looked = held ?? members(of: app, uid: record.uid)
             reads += held?.count ?? Self.unkeptAppReads
-            guard let running = Self.firstRunning(looked, owner: held == nil || record.uid == 0 ? nil : record.uid) else { continue }
+            guard let running = Self.firstRunning(looked, owner: held == nil ? nil : record.uid) else { continue }
             log(.warning, "App \(app) (\(record.command)) was resumed while suspended (pid \(running.pid) is '\(running.state)', a stray SIGCONT?); stopping it again")
             holdStops(app, stopAgain(app, kept: held, uid: record.uid), again: true)
         }
@@ -682,10 +682,18 @@ final class Enforcer {
     static func firstRunning(_ processes: [Pidfd], owner: UInt32?) -> ProcStat? {
         for pidfd in processes {
             guard let stat = try? ProcStat.read(pid: pidfd.pid), !"TtZXD".contains(stat.state), !pidfd.hasExited,
-                  owner.map({ ProcessTree.belongs(pidfd, to: $0) }) ?? true else { continue }
+                  owner.map({ Self.owner($0, maySignal: pidfd) }) ?? true else { continue }
             return stat
         }
         return nil
+    }
+
+    /// Whether an app's owner could signal a process the app's suspension kept: root any, an
+    /// unprivileged uid only while the process is still one it may signal (a kept process that
+    /// ran a setuid program since is no longer the app's, as in a walk). The one check of what
+    /// is kept, for the termination, the resumption and the stray check alike.
+    static func owner(_ uid: UInt32, maySignal pidfd: Pidfd) -> Bool {
+        uid == 0 || ProcessTree.belongs(pidfd, to: uid)
     }
 
     /// How long after a check the next one comes, for a sweep of about `reads` states.

@@ -80,11 +80,13 @@ extension ContainmentEndToEndTests {
         }
     }
 
-    /// What a suspension kept is checked against the owner again at the resumption: a member
-    /// continued by someone else meanwhile that became root (a setuid program) is not sent
-    /// `SIGCONT` for uid 65534, though the suspension stopped it.
-    @Test(.enabled(if: getuid() == 0, "needs root: a network namespace (unshare --net) and a setuid-root helper"))
-    func aKeptMemberThatBecameRootIsNotContinued() throws {
+    /// What a suspension kept is checked against the owner again at the resumption and at a
+    /// termination: a member continued by someone else meanwhile that became root (a setuid
+    /// program) is neither sent `SIGCONT` nor killed for uid 65534, though the suspension
+    /// stopped it.
+    @Test(.enabled(if: getuid() == 0, "needs root: a network namespace (unshare --net) and a setuid-root helper"),
+          arguments: ["foreground", "terminate"])
+    func aKeptMemberThatBecameRootIsNeitherContinuedNorKilled(_ action: String) throws {
         let daemon = try TestDaemon(["BackgroundTimeSec=1min"], wrapper: Self.orphanWrapper)
         let becoming = try BecomingRoot(in: daemon.directory)
         defer { becoming.remove() }
@@ -107,9 +109,13 @@ extension ContainmentEndToEndTests {
         #expect(try ProcStatus.uids(pid: child.pid) == ProcessUIDs(real: 0, effective: 0, saved: 0))
         try child.send(signal: SIGSTOP)
         try waitUntil("root's process stopped") { processState(child.pid) == "T" }
-        #expect(try daemon.ctl(["foreground", String(app.pid)], asUser: 65534).0 == 0)
-        try waitUntil("the app continued") { processState(app.pid) == "S" }
-        #expect(processState(child.pid) == "T", "root's process continued for uid 65534")
+        #expect(try daemon.ctl([action, String(app.pid)], asUser: 65534).0 == 0)
+        if action == "foreground" {
+            try waitUntil("the app continued") { processState(app.pid) == "S" }
+        } else {
+            _ = try app.wait(timeout: 5)
+        }
+        #expect(processState(child.pid) == "T", "root's process \(action == "foreground" ? "continued" : "killed") for uid 65534")
     }
 
     @Test(.enabled(if: getuid() == 0, "needs root: a network namespace (unshare --net) and setpriv to uid 65534"))
