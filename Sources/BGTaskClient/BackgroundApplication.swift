@@ -31,8 +31,14 @@ public final class BackgroundApplication: @unchecked Sendable {
     public let socketPath: String
     /// Where the delegate, handlers and notifications run.
     public let queue: DispatchQueue
-    /// How long a call may take before it fails (it never hangs).
-    public var callTimeout: TimeInterval = 5
+    /// How long a call may take before it fails (it never hangs). Set from any thread, as
+    /// every method here may be called (a plain stored property was a data race with a call
+    /// reading it on another).
+    public var callTimeout: TimeInterval {
+        get { callTimeoutBox.withLock { $0 } }
+        set { callTimeoutBox.withLock { $0 = newValue } }
+    }
+    private let callTimeoutBox = Locked<TimeInterval>(5)
     /// How long outstanding tasks wait for bgtaskd to come back before their expiration
     /// handlers run with `.daemonUnavailable` (systemd restarts it within a second).
     public static let daemonRestartGrace: TimeInterval = 3

@@ -10,7 +10,8 @@
 //   remaining              → {"remaining": SECONDS or "max", "state": ...}
 //   connected              → {"connected": BOOL}
 //   with-task NAME         withBackgroundTask running until cancelled → {"withTask": ...}
-//   stress THREADS COUNT   begin+end COUNT times on each of THREADS threads → {"stress": {...}}
+//   stress THREADS COUNT   begin+end COUNT times on each of THREADS threads (each setting
+//                          callTimeout too)                         → {"stress": {...}}
 //   wake-mode MODE         how the delegate answers a wake: complete (default: calls the
 //                          completion handler at once, twice), ignore (never), keep (begins a
 //                          task it keeps, then completes)                → {"wakeMode": MODE}
@@ -171,6 +172,7 @@ while let line = readLine() {
         let begun = Locked(0), invalid = Locked(0)
         DispatchQueue.concurrentPerform(iterations: threads) { _ in
             for _ in 0..<count {
+                app.callTimeout = 5  // set from every thread too, as calls read it (make sanitize: no race)
                 let id = app.beginBackgroundTask(withName: "stress", expirationHandler: nil)
                 if id == .invalid { invalid.withLock { $0 += 1 } } else { begun.withLock { $0 += 1 } }
                 app.endBackgroundTask(id)
