@@ -172,12 +172,18 @@ public class BGTask: @unchecked Sendable {
     /// The work is done: bgtaskd ends the launch (and suspends the app holding nothing else).
     public func setTaskCompleted(success: Bool) {
         guard completed.withLock({ done in defer { done = true }; return !done }), let app else { return }
-        _ = app.state.withLock { $0.client.end(taskID) }  // its handler will not run
+        // Its handler will not run. Asked before the end, which forgets the task: whether a
+        // returned transition (or a completed wake) waited for this task's grant, as for
+        // `endBackgroundTask` (and `bgtask_set_task_completed`, which settles at once).
+        let settles = app.state.withLock { state in
+            (state.client.endingSettles(taskID), state.client.end(taskID)).0
+        }
         do {
             _ = try app.call(.setTaskCompleted, [Field.identifier: .string(identifier), "success": .bool(success)])
         } catch {
             BackgroundApplication.emit("Completing launch '\(identifier)' failed: \(error)")
         }
+        if settles { app.events.wake() }
     }
 
     /// The launch's task is warned (or ended): its expiration handler, once.

@@ -52,6 +52,24 @@ import Varlink
         #expect(try daemon.history().contains { $0["action"] == "woken" && $0["reason"] == "launch" })
     }
 
+    /// A launch completed before its task's grant lets a background transition waiting for
+    /// that grant finish at once, as an ended task does: the library's thread is woken (it
+    /// slept on, and the app was suspended only at the transition's deadline).
+    @Test func aLaunchCompletedBeforeItsGrantLetsTheTransitionFinish() throws {
+        let daemon = try TestDaemon(["CoalesceWindowSec=0", "GrantLatencyMinSec=2s", "GrantLatencyMaxSec=2s",
+                                     "TransitionTimeoutSec=10s"])
+        let (app, monitor) = try Self.app(daemon, registering: "org.example.refresh")
+        #expect(try Self.submit(app, "refresh org.example.refresh 0")["submitted"] == "org.example.refresh")
+        try daemon.setState(app.pid, "background")
+        let background = Clock.realtimeNanoseconds()
+        let launched = try app.next(timeout: 5) { $0["launched"] != nil }
+        #expect(launched["state"] == "background")
+        let (suspended, seen) = try WakeEndToEndTests.next(monitor) { $0["event"] == "suspended" }
+        #expect(suspended["entry"]?["reason"] == "transitionFinished")
+        // Before the grant (2 s) could have let it, and long before the deadline (10 s).
+        #expect(seen - background < 1_500_000_000, "suspended \((seen - background) / 1_000_000) ms after the background")
+    }
+
     @Test func aProcessingRequestWaitsForPowerAndIsWarnedWhenUnplugged() throws {
         var template = Array("/tmp/bgtask-power-XXXXXX".utf8CString)
         let power = String(cString: try #require(mkdtemp(&template)))
