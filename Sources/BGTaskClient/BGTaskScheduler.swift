@@ -176,7 +176,9 @@ public class BGTask: @unchecked Sendable {
         // returned transition (or a completed wake) waited for this task's grant, as for
         // `endBackgroundTask` (and `bgtask_set_task_completed`, which settles at once).
         let settles = app.state.withLock { state in
-            (state.client.endingSettles(taskID), state.client.end(taskID)).0
+            let settles = state.client.endingSettles(taskID)
+            _ = state.client.end(taskID)
+            return settles
         }
         do {
             _ = try app.call(.setTaskCompleted, [Field.identifier: .string(identifier), "success": .bool(success)])
