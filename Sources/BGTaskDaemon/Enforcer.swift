@@ -48,21 +48,25 @@ final class Enforcer {
     /// fell back to signals; a second more running is nothing against a background budget.
     static let freezeBound: Int64 = 1_000_000_000
     /// How often signal-suspended apps are checked for a stray `SIGCONT`: a whole sweep every
-    /// second, in timer wake-ups that each read the states of about `processesPerStopCheck`
-    /// processes (an app's are read in one wake-up), at most one every 10 ms; with many
-    /// processes suspended the sweep takes longer (10,000 apps walked: 25 s), so a check never
-    /// costs a timer's lateness more than a few dozen reads or four walks. A locked session's
-    /// apps are suspended for hours: its 200 windows (400 processes) checked every 250 ms, 4
-    /// apps a wake-up, each walked, cost the daemon 100 wake-ups and 59–66 ms of CPU a second;
-    /// their kept processes read once a second, 13 wake-ups and 10 ms (`scripts/bench-lock`).
+    /// second, in timer wake-ups whose reads cost about `stopCheckBudget` (an app's processes
+    /// are read in one wake-up), at most one every 10 ms; with many processes suspended the
+    /// sweep takes longer (10,000 apps walked: 25 s), so a check never costs a timer's
+    /// lateness more than a few dozen reads by path or four walks. A locked session's apps
+    /// are suspended for hours: its 200 windows (400 processes) checked every 250 ms, 4 apps a
+    /// wake-up, each walked, cost the daemon 100 wake-ups and 59–66 ms of CPU a second; their
+    /// kept processes read once a second by path, 13 wake-ups and 10 ms (`scripts/bench-lock`).
     static let stopCheckInterval: Int64 = 1_000_000_000
-    static let processesPerStopCheck = 32
+    /// What a wake-up's reads cost at most, counted in reads of a kept process's
+    /// `/proc/PID/stat` held open (`holdStops`; one `pread`): 128 of those, or 32 reads by
+    /// path (`pathReadCost` each: an open, a read and a close, and a look at the pidfd).
+    static let stopCheckBudget = 128
+    static let pathReadCost = 4
     static let minimumStopCheckSpacing: Int64 = 10_000_000
     /// What the check of an app with nothing kept (a `tracked` app, or one walked: past
-    /// `heldStopLimits`, or unreached) counts as: a walk costs several reads per process,
-    /// and its processes are not known until it is made. Four such apps a wake-up, as when
-    /// every app was walked.
-    static let unkeptAppReads = processesPerStopCheck / 4
+    /// `heldStopLimits`, or unreached) costs: a walk costs several reads per process, and its
+    /// processes are not known until it is made. Four such apps a wake-up, as when every app
+    /// was walked.
+    static let unkeptAppCost = stopCheckBudget / 4
     /// Passes over a tree while stopping it; each pass catches children forked meanwhile.
     static let maximumStopPasses = 16
     /// How long a process app found not to have a cgroup of its own (`SuspendMode=auto`) is
@@ -124,8 +128,12 @@ final class Enforcer {
     /// app's process no more: the walk a resumption made left it stopped for ever. An app
     /// whose walk left members unreached, or whose stopped processes do not fit within
     /// `heldStopLimits` beside the others', is walked at its resumption, as before.
-    private(set) var heldStops: [ProcessIdentity: (uid: UInt32, pidfds: [Pidfd])] = [:]
+    /// Beside the kept processes, once the stray check first read them (`keptStats`), each
+    /// one's `/proc/PID/stat` held open, where the descriptors allow, else `nil`.
+    private(set) var heldStops: [ProcessIdentity: (uid: UInt32, pidfds: [Pidfd], stats: [FileDescriptor?]?)] = [:]
     private var heldStopCount = 0
+    /// How many of the kept processes' `/proc/PID/stat` are held (the check's pace).
+    private var heldStatCount = 0
     private var heldStopsByUser: [UInt32: Int] = [:]
     /// The most pidfds `heldStops` keeps, all apps together: a sixteenth of the descriptors,
     /// as the tracker's members, at most 4,096 (the system unit's limit gives that).
@@ -544,14 +552,33 @@ final class Enforcer {
         }
         let owners = heldStopsByUser[uid, default: 0]
         guard heldStopCount + held.count <= heldStopLimits.all, owners + held.count <= heldStopLimits.perUser else { return }
-        heldStops[app] = (uid, held)
+        heldStops[app] = (uid, held, nil)
         heldStopCount += held.count
         heldStopsByUser[uid] = owners + held.count
+    }
+
+    /// The kept processes' `/proc/PID/stat` files, opened at the app's first check (not on
+    /// the suspension's path: 400 opens were a locked session's suspension 3–6 ms later,
+    /// `scripts/bench-lock`) and held until its resumption: a descriptor each, within the
+    /// bound of the pidfds beside them; one that would take the spare below the limit is not
+    /// held (that process is read by path).
+    private func keptStats(of app: ProcessIdentity) -> [FileDescriptor?] {
+        guard let held = heldStops[app] else { return [] }
+        if let stats = held.stats { return stats }
+        let room = Self.heldDescriptorRoom
+        let stats = held.pidfds.map { pidfd -> FileDescriptor? in
+            guard let stat = pidfd.openStat(), stat.rawValue < room else { return nil }
+            return stat
+        }
+        heldStops[app]?.stats = stats
+        heldStatCount += stats.count { $0 != nil }
+        return stats
     }
 
     private func takeHeldStops(_ app: ProcessIdentity) -> [Pidfd]? {
         guard let held = heldStops.removeValue(forKey: app) else { return nil }
         heldStopCount -= held.pidfds.count
+        heldStatCount -= held.stats?.count { $0 != nil } ?? 0
         let owners = heldStopsByUser[held.uid, default: 0] - held.pidfds.count
         heldStopsByUser[held.uid] = owners > 0 ? owners : nil
         return held.pidfds
@@ -636,15 +663,22 @@ final class Enforcer {
         sendQueuedStops()  // first: an app suspended in this pass is not found running for want of its stop
         stopCheckArmed = false
         if sweep.isEmpty { sweep = Array(signalSuspended) }
-        var reads = 0
-        while reads < Self.processesPerStopCheck, let app = sweep.popLast() {
+        var cost = 0
+        while cost < Self.stopCheckBudget, let app = sweep.popLast() {
             guard let record = suspended[app], record.method == .signals else { continue }
-            let held = heldStops[app]?.pidfds
-            let looked = held ?? members(of: app, uid: record.uid)
-            reads += held?.count ?? Self.unkeptAppReads
-            guard let running = Self.firstRunning(looked, owner: held == nil ? nil : record.uid) else { continue }
+            let running: ProcStat?
+            let held = heldStops[app]
+            if let held {
+                // The first check opens the files (about a read by path each), later ones read them.
+                cost += Self.readCost(processes: held.pidfds.count, held: held.stats?.count { $0 != nil } ?? 0)
+                running = Self.firstRunning(held.pidfds, stats: keptStats(of: app), owner: record.uid)
+            } else {
+                cost += Self.unkeptAppCost
+                running = Self.firstRunning(members(of: app, uid: record.uid), owner: nil)
+            }
+            guard let running else { continue }
             log(.warning, "App \(app) (\(record.command)) was resumed while suspended (pid \(running.pid) is '\(running.state)', a stray SIGCONT?); stopping it again")
-            holdStops(app, stopAgain(app, kept: held, uid: record.uid), again: true)
+            holdStops(app, stopAgain(app, kept: held?.pidfds, uid: record.uid), again: true)
         }
         forgetLeftOut()
         armStopCheck(at: now)
@@ -679,13 +713,22 @@ final class Enforcer {
     /// look. A state read of a process whose pidfd reports an exit (its pid may be another's
     /// by now) is not its; with `owner`, one that uid could no longer signal (a kept process
     /// that ran a setuid program) is not the app's either, as in a walk.
-    static func firstRunning(_ processes: [Pidfd], owner: UInt32?) -> ProcStat? {
-        for pidfd in processes {
-            guard let stat = try? ProcStat.read(pid: pidfd.pid), !"TtZXD".contains(stat.state), !pidfd.hasExited,
+    /// `stats`, where given, are the processes' `/proc/PID/stat` held open: read with no
+    /// open, and no look at the pidfd (a held file's read fails once its process is gone).
+    static func firstRunning(_ processes: [Pidfd], stats: [FileDescriptor?] = [], owner: UInt32?) -> ProcStat? {
+        for (index, pidfd) in processes.enumerated() {
+            let held = index < stats.count ? stats[index] : nil
+            guard let stat = held.map({ try? ProcStat.read(held: $0) }) ?? (try? ProcStat.read(pid: pidfd.pid)),
+                  !"TtZXD".contains(stat.state), held != nil || !pidfd.hasExited,
                   owner.map({ Self.owner($0, maySignal: pidfd) }) ?? true else { continue }
             return stat
         }
         return nil
+    }
+
+    /// What reading `processes` states costs, `held` of them from held files (`stopCheckBudget`'s units).
+    static func readCost(processes: Int, held: Int) -> Int {
+        held + (processes - held) * pathReadCost
     }
 
     /// Whether an app's owner could signal a process the app's suspension kept: root any, an
@@ -696,9 +739,9 @@ final class Enforcer {
         uid == 0 || ProcessTree.belongs(pidfd, to: uid)
     }
 
-    /// How long after a check the next one comes, for a sweep of about `reads` states.
-    static func stopCheckSpacing(reads: Int) -> Int64 {
-        let checks = Int64(max(1, (reads + processesPerStopCheck - 1) / processesPerStopCheck))
+    /// How long after a check the next one comes, for a sweep whose reads cost `cost`.
+    static func stopCheckSpacing(cost: Int) -> Int64 {
+        let checks = Int64(max(1, (cost + stopCheckBudget - 1) / stopCheckBudget))
         return max(minimumStopCheckSpacing, stopCheckInterval / checks)
     }
 
@@ -710,7 +753,8 @@ final class Enforcer {
             stopCheckArmed = false
         } else if !stopCheckArmed {
             let unkept = max(0, signalSuspended.count - heldStops.count)
-            schedule(.stopCheck, now + Self.stopCheckSpacing(reads: heldStopCount + unkept * Self.unkeptAppReads))
+            let cost = Self.readCost(processes: heldStopCount, held: heldStatCount) + unkept * Self.unkeptAppCost
+            schedule(.stopCheck, now + Self.stopCheckSpacing(cost: cost))
             stopCheckArmed = true
         }
     }

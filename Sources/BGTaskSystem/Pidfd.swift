@@ -123,6 +123,16 @@ public final class Pidfd: @unchecked Sendable {
         return pidfd
     }
 
+    /// This process's `/proc/PID/stat`, open, for `ProcStat.read(held:)`: checked to be its
+    /// (the pidfd reported no exit once it was open, so the pid was not yet another's). `nil`
+    /// if the process has exited or the open failed.
+    public func openStat() -> FileDescriptor? {
+        let fd = Glibc.open("/proc/\(pid)/stat", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        let file = FileDescriptor(fd)
+        return hasExited ? nil : file
+    }
+
     /// Whether the process has exited (the pidfd polls readable).
     public var hasExited: Bool {
         (try? descriptor.waitReadable(timeoutMilliseconds: 0)) ?? true

@@ -24,6 +24,19 @@ public struct ProcStat: Equatable, Sendable {
         return stat
     }
 
+    /// Reads a `/proc/PID/stat` held open (`Pidfd.openStat()`) again: one `pread(2)`, where a
+    /// read by path is an open, a read and a close. Fails (`ESRCH`) once its process is gone,
+    /// and is never another process's, as a read by path can be once the pid is reused.
+    public static func read(held file: FileDescriptor) throws(Errno) -> ProcStat {
+        // The line is some 50 numbers after a command of at most 64 bytes: well below 1 KiB.
+        let fd = file.rawValue
+        let bytes = try [UInt8](unsafeUninitializedCapacity: 1024) { buffer, initialized throws(Errno) in
+            initialized = try systemCall("pread(/proc/PID/stat)") { pread(fd, buffer.baseAddress, 1024, 0) }
+        }
+        guard let stat = parse(bytes) else { throw Errno(EINVAL, "parse /proc/PID/stat") }
+        return stat
+    }
+
     /// Parses the text of `/proc/PID/stat`; the command may hold spaces and parentheses.
     /// Read on every call that names a process and at every check of a stopped app: one pass
     /// over the bytes in place, the four numbers wanted summed as they go by (an array of

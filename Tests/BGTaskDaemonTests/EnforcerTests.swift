@@ -167,6 +167,11 @@ import TestSupport
         let app = try rig.app(shell)
         rig.enforcer.suspend(app, uid: 0, command: "sh", mode: .signal, at: 0)
         try waitUntil("every process stopped") { processTree(of: shell.pidfd).allSatisfy { $0.state == "T" } }
+        // The kept processes' state files are opened at the first check (not on the
+        // suspension's path), and held: later checks read them with no open.
+        #expect(rig.enforcer.heldStops[app]?.stats == nil)
+        rig.enforcer.checkStops(at: Enforcer.stopCheckInterval / 2)
+        #expect(rig.enforcer.heldStops[app]?.stats?.count == 3 && rig.enforcer.heldStops[app]?.stats?.allSatisfy { $0 != nil } == true)
         try shell.signal(SIGCONT)  // someone else continues the app's own process
         try waitUntil("the shell running") { processState(shell.pid) != "T" }
         rig.enforcer.checkStops(at: Enforcer.stopCheckInterval)
@@ -288,13 +293,15 @@ import TestSupport
     }
 
     /// The check's pace: a sweep of every signal-suspended app each `stopCheckInterval`, in
-    /// wake-ups of about `processesPerStopCheck` reads, at most one every 10 ms.
+    /// wake-ups whose reads cost about `stopCheckBudget`, at most one every 10 ms.
     @Test func theStrayCheckPacesItsWakeUpsByTheProcessesToRead() {
-        #expect(Enforcer.stopCheckSpacing(reads: 0) == Enforcer.stopCheckInterval)
-        #expect(Enforcer.stopCheckSpacing(reads: Enforcer.processesPerStopCheck) == Enforcer.stopCheckInterval)
-        // A locked session of 200 windows, two processes each: 13 wake-ups a second.
-        #expect(Enforcer.stopCheckSpacing(reads: 400) == Enforcer.stopCheckInterval / 13)
-        #expect(Enforcer.stopCheckSpacing(reads: 20_000) == Enforcer.minimumStopCheckSpacing)
+        #expect(Enforcer.stopCheckSpacing(cost: 0) == Enforcer.stopCheckInterval)
+        #expect(Enforcer.stopCheckSpacing(cost: Enforcer.stopCheckBudget) == Enforcer.stopCheckInterval)
+        // A locked session of 200 windows, two processes each: 13 wake-ups a second read by
+        // path, 4 from held files.
+        #expect(Enforcer.stopCheckSpacing(cost: Enforcer.readCost(processes: 400, held: 0)) == Enforcer.stopCheckInterval / 13)
+        #expect(Enforcer.stopCheckSpacing(cost: Enforcer.readCost(processes: 400, held: 400)) == Enforcer.stopCheckInterval / 4)
+        #expect(Enforcer.stopCheckSpacing(cost: 80_000) == Enforcer.minimumStopCheckSpacing)
     }
 
     /// The daemon's CAP_KILL is not lent: an app of uid 65534 is what uid 65534 could signal.

@@ -101,6 +101,29 @@ import TestSupport
         #expect(stale.inode != 0 && recycled.pidfd.inode != stale.inode)
     }
 
+    /// A held `/proc/PID/stat` (`Pidfd.openStat`, the stray check's) reads its process's
+    /// state again with no open, the zombie too, and fails once the process is reaped: never
+    /// the new process that took its pid, as a read by path would be.
+    @Test(.enabled(if: Capabilities.canRecyclePids, "needs CAP_SYS_ADMIN to write /proc/sys/kernel/ns_last_pid"))
+    func aHeldStatReadsItsProcessAndNeverTheOneThatTookItsPid() throws {
+        let (held, pid, recycled) = try Capabilities.retryingWhilePidTaken {
+            let old = try Spawned("/bin/sleep", ["60"])
+            guard let held = old.pidfd.openStat() else { throw TestFailure("openStat of a live process failed") }
+            try waitUntil("asleep") { (try? ProcStat.read(held: held))?.state == "S" }
+            try old.signal(SIGSTOP)
+            try waitUntil("stopped") { (try? ProcStat.read(held: held))?.state == "T" }
+            try old.signal(SIGKILL)
+            try waitUntil("a zombie") { (try? ProcStat.read(held: held))?.state == "Z" }
+            try old.wait(timeout: 5)
+            #expect(throws: Errno.self) { try ProcStat.read(held: held) }
+            return (held, old.pid, try Capabilities.spawn(reusing: old.pid))
+        }
+        #expect(recycled.pid == pid)
+        #expect((try? ProcStat.read(pid: pid)) != nil)  // by path: the new process
+        #expect(throws: Errno.self) { try ProcStat.read(held: held) }
+        #expect(recycled.pidfd.openStat() != nil)
+    }
+
     /// A member that exits while the walk is at it, its pid taken by a new process with a
     /// child of its own before the member's children are read: that child is no member. Its
     /// parent pid is the member's, and the list was read by that pid — another process's; the
