@@ -54,7 +54,8 @@ final class Enforcer {
     /// lateness more than a few dozen reads by path or four walks. A locked session's apps
     /// are suspended for hours: its 200 windows (400 processes) checked every 250 ms, 4 apps a
     /// wake-up, each walked, cost the daemon 100 wake-ups and 59–66 ms of CPU a second; their
-    /// kept processes read once a second by path, 13 wake-ups and 10 ms (`scripts/bench-lock`).
+    /// kept processes read once a second by path, 13 wake-ups and 10 ms; from their state
+    /// files held open, 4 wake-ups and 4 ms (`scripts/bench-lock`, README).
     static let stopCheckInterval: Int64 = 1_000_000_000
     /// What a wake-up's reads cost at most, counted in reads of a kept process's
     /// `/proc/PID/stat` held open (`holdStops`; one `pread`): 128 of those, or 32 reads by
