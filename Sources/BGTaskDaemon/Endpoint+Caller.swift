@@ -15,7 +15,7 @@ extension Daemon {
                 return known
             }
         }
-        let resolved = try resolver.resolvePeer(of: connection)
+        let resolved = try resolver.resolvePeer(of: connection) { model.isApp($0) }
         connection.caller = resolved.description
         callPidfds[resolved.description.identity] = resolved.pidfd
         return resolved.description

@@ -19,14 +19,17 @@ struct ProcessResolver {
 
     /// The peer of `connection`, by `SO_PEERPIDFD` (or, on kernels without it, by the pid
     /// from `SO_PEERCRED` checked against its start time).
-    func resolvePeer(of connection: Connection) throws(BGTaskError) -> Resolved {
+    /// `isApp` as for `resolve(pid:isApp:)`: an app's second connection (the libraries open
+    /// two or three) walks no ancestors, which were most of a connection's cost (a shell
+    /// four deep: ~60 of its ~90 system calls).
+    func resolvePeer(of connection: Connection, isApp: (ProcessIdentity) -> Bool = { _ in false }) throws(BGTaskError) -> Resolved {
         let pidfd: Pidfd
         if let peer = connection.peerPidfd {
             pidfd = peer
         } else {
             do { pidfd = try Pidfd.open(pid: connection.credentials.pid) } catch { throw refusal(connection.credentials.pid, error) }
         }
-        return try describe(pidfd, uid: connection.credentials.uid)
+        return try describe(pidfd, uid: connection.credentials.uid, isApp: isApp)
     }
 
     /// The process with `pid`, named by a manager. `isApp` says whether an identity is a

@@ -103,16 +103,34 @@ public final class Pidfd: @unchecked Sendable {
         return Pidfd(descriptor: FileDescriptor(fd), pid: pid, startTime: stat.startTime)
     }
 
-    /// Takes a pidfd received from the kernel (e.g. `SO_PEERPIDFD`); its pid comes from
-    /// `/proc/self/fdinfo`.
+    /// Takes a pidfd received from the kernel (e.g. `SO_PEERPIDFD`).
     public static func adopt(_ descriptor: FileDescriptor) throws(Errno) -> Pidfd {
+        try adopt(descriptor, pid: pid(of: descriptor))
+    }
+
+    /// The pid a pidfd refers to: by `PIDFD_GET_INFO` (Linux 6.13), one `ioctl` where
+    /// `/proc/self/fdinfo` is an open, two reads and a close (each connection's peer is named
+    /// so), else by `fdinfo`. `ESRCH` once the process has exited.
+    static func pid(of descriptor: FileDescriptor) throws(Errno) -> Int32 {
+        if hasInfo {
+            var info = bgtask_pidfd_info()
+            let result = bgtask_pidfd_info(descriptor.rawValue, &info)
+            if result == -ESRCH { throw Errno(ESRCH, "pidfd \(descriptor.rawValue): process has exited") }
+            if result == 0, info.tgid > 0 { return Int32(bitPattern: info.tgid) }
+            if result == -ENOTTY || result == -EINVAL { hasInfo = false }
+        }
+        return try pidFromFdinfo(descriptor)
+    }
+
+    /// The pid of a pidfd from `/proc/self/fdinfo` (`Pid:`, -1 once the process has exited).
+    static func pidFromFdinfo(_ descriptor: FileDescriptor) throws(Errno) -> Int32 {
         let text = String(decoding: try readFile("/proc/self/fdinfo/\(descriptor.rawValue)"), as: UTF8.self)
         guard let line = text.split(separator: "\n").first(where: { $0.hasPrefix("Pid:") }),
               let pid = Int32(line.dropFirst(4).filter { $0 != " " && $0 != "\t" }) else {
             throw Errno(EINVAL, "fdinfo of pidfd \(descriptor.rawValue)")
         }
         guard pid > 0 else { throw Errno(ESRCH, "pidfd \(descriptor.rawValue): process has exited") }
-        return try adopt(descriptor, pid: pid)
+        return pid
     }
 
     private static func adopt(_ descriptor: FileDescriptor, pid: Int32) throws(Errno) -> Pidfd {

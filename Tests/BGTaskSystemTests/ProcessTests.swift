@@ -101,6 +101,31 @@ import TestSupport
         #expect(stale.inode != 0 && recycled.pidfd.inode != stale.inode)
     }
 
+    /// A pidfd from the kernel is named by `PIDFD_GET_INFO` and, on older kernels, by
+    /// `/proc/self/fdinfo`, alike: the socket peer's (`SO_PEERPIDFD`: this process) and a
+    /// child's; once the child is reaped both say `ESRCH`, and `adopt` refuses it.
+    @Test func aPidfdsPidIsReadByItsInfoAndByFdinfoAlike() throws {
+        var fds: [Int32] = [-1, -1]
+        #expect(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds) == 0)
+        let ends = (FileDescriptor(fds[0]), FileDescriptor(fds[1]))
+        var peer: Int32 = -1
+        var size = socklen_t(MemoryLayout<Int32>.size)
+        #expect(getsockopt(ends.0.rawValue, SOL_SOCKET, 77 /* SO_PEERPIDFD */, &peer, &size) == 0)
+        let peerPidfd = FileDescriptor(peer)
+        #expect(try Pidfd.pid(of: peerPidfd) == getpid())
+        #expect(try Pidfd.pidFromFdinfo(peerPidfd) == getpid())
+        let child = try Spawned("/bin/sleep", ["60"])
+        let raw = child.pidfd.descriptor  // a pidfd from pidfd_open(2)
+        #expect(try Pidfd.pid(of: raw) == child.pid)
+        #expect(try Pidfd.pidFromFdinfo(raw) == child.pid)
+        #expect(try Pidfd.adopt(raw).startTime == child.pidfd.startTime)
+        try child.signal(SIGKILL)
+        try child.wait(timeout: 5)
+        #expect(throws: Errno.self) { try Pidfd.pid(of: raw) }
+        #expect(throws: Errno.self) { try Pidfd.pidFromFdinfo(raw) }
+        #expect(throws: Errno.self) { try Pidfd.adopt(raw) }
+    }
+
     /// A held `/proc/PID/stat` (`Pidfd.openStat`, the stray check's) reads its process's
     /// state again with no open, the zombie too, and fails once the process is reaped: the
     /// file is bound to that process, not its pid, so it never reads a new process that
