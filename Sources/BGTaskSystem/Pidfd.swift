@@ -81,7 +81,7 @@ public final class Pidfd: @unchecked Sendable {
     public static func open(pid: Int32) throws(Errno) -> Pidfd {
         guard pid > 1 else { throw Errno(EPERM, "pidfd_open(\(pid)): refusing pid \(pid)") }
         let fd = try systemCall("pidfd_open(\(pid))") { pidfd_open(pid, 0) }
-        return try adopt(FileDescriptor(fd), pid: pid)
+        return try adopt(FileDescriptor(fd), pid: pid).pidfd
     }
 
     /// Opens a pidfd for `pid` and nothing else: for a tree's walk, which finds each child
@@ -105,7 +105,7 @@ public final class Pidfd: @unchecked Sendable {
 
     /// Takes a pidfd received from the kernel (e.g. `SO_PEERPIDFD`).
     public static func adopt(_ descriptor: FileDescriptor) throws(Errno) -> Pidfd {
-        try adopt(descriptor, pid: pid(of: descriptor))
+        try adopt(descriptor, pid: pid(of: descriptor)).pidfd
     }
 
     /// The pid a pidfd refers to: by `PIDFD_GET_INFO` (Linux 6.13), one `ioctl` where
@@ -133,12 +133,30 @@ public final class Pidfd: @unchecked Sendable {
         return pid
     }
 
-    private static func adopt(_ descriptor: FileDescriptor, pid: Int32) throws(Errno) -> Pidfd {
+    /// Opens a pidfd for `pid` and returns it with the `/proc/PID/stat` its start time was
+    /// read from: the pidfd's process's (it reported no exit after the read). For a walk up a
+    /// tree, which wants the parent's parent and command too: `open(pid:)` and a read after
+    /// it read the file twice. pid 0, negative pids and pid 1 are refused with `EPERM`.
+    public static func openReading(pid: Int32) throws(Errno) -> (pidfd: Pidfd, stat: ProcStat) {
+        guard pid > 1 else { throw Errno(EPERM, "pidfd_open(\(pid)): refusing pid \(pid)") }
+        let fd = try systemCall("pidfd_open(\(pid))") { pidfd_open(pid, 0) }
+        return try adopt(FileDescriptor(fd), pid: pid)
+    }
+
+    private static func adopt(_ descriptor: FileDescriptor, pid: Int32) throws(Errno) -> (pidfd: Pidfd, stat: ProcStat) {
         let stat = try ProcStat.read(pid: pid)
         let pidfd = Pidfd(descriptor: descriptor, pid: pid, startTime: stat.startTime)
         // If the process is still alive now, /proc/PID was it (its pid cannot have been reused).
         guard !pidfd.hasExited else { throw Errno(ESRCH, "pid \(pid) exited") }
-        return pidfd
+        return (pidfd, stat)
+    }
+
+    /// The effective uid the process runs as: from the pidfd (`info`), else `/proc/PID/status`
+    /// read while the pidfd reports no exit. `nil` if it has exited.
+    public var effectiveUID: UInt32? {
+        if let info { return info.uids.effective }
+        guard let uid = try? ProcStatus.effectiveUID(pid: pid), !hasExited else { return nil }
+        return uid
     }
 
     /// This process's `/proc/PID/stat`, open, for `ProcStat.read(held:)`: checked to be its

@@ -42,4 +42,27 @@ import TestSupport
         #expect(known.description.identity == walked.description.identity)
         #expect(known.description.command == walked.description.command && known.description.uid == walked.description.uid)
     }
+
+    /// The walk up stops at the first parent of another uid (a process of another uid is
+    /// never part of an app, DESIGN.md §3): uid 65534's `sleep` under its shell under the
+    /// test (root) has the shell alone above it; each parent's uid read from its pidfd.
+    @Test(.enabled(if: getuid() == 0, "needs root: setpriv to uid 65534"))
+    func theWalkUpStopsAtAParentOfAnotherUID() throws {
+        let shell = try Spawned("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups",
+                                                     "/bin/sh", "-c", "sleep 60 & echo ready; wait"])
+        defer { shell.killTree() }
+        try shell.expectLine("ready")
+        var sleeper: Int32 = 0
+        try waitUntil("the shell's child") {
+            sleeper = processTree(of: shell.pidfd).dropFirst().first?.pid ?? 0
+            return sleeper > 0
+        }
+        let resolved = try ProcessResolver().resolve(pid: sleeper)
+        #expect(resolved.description.uid == 65534)
+        #expect(resolved.description.ancestors.map(\.pid) == [shell.pid])
+        #expect(resolved.description.ancestors.first?.startTime == shell.pidfd.startTime)
+        // Root's own child is walked up through the test process, root's too.
+        let rootsChild = try Spawned("/bin/sleep", ["60"])
+        #expect(try ProcessResolver().resolve(pid: rootsChild.pid).description.ancestors.first?.pid == getpid())
+    }
 }
