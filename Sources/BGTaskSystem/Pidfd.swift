@@ -79,9 +79,7 @@ public final class Pidfd: @unchecked Sendable {
     /// pid 0, negative pids and pid 1 are refused with `EPERM` before any system call.
     /// `pidfd_open(2)`
     public static func open(pid: Int32) throws(Errno) -> Pidfd {
-        guard pid > 1 else { throw Errno(EPERM, "pidfd_open(\(pid)): refusing pid \(pid)") }
-        let fd = try systemCall("pidfd_open(\(pid))") { pidfd_open(pid, 0) }
-        return try adopt(FileDescriptor(fd), pid: pid).pidfd
+        try openReading(pid: pid).pidfd
     }
 
     /// Opens a pidfd for `pid` and nothing else: for a tree's walk, which finds each child
