@@ -80,7 +80,7 @@ struct ProcessResolver {
         // path were 13.
         while current.parentPID > 1, result.count < Self.maximumDepth,
               let (pidfd, parent) = try? Pidfd.openReading(pid: current.parentPID), parent.startTime <= current.startTime,
-              pidfd.effectiveUID == uid {
+              pidfd.uids?.effective == uid {
             result.append(ProcessIdentity(pid: parent.pid, startTime: parent.startTime, inode: pidfd.inode))
             current = parent
         }

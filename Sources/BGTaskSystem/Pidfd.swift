@@ -149,12 +149,12 @@ public final class Pidfd: @unchecked Sendable {
         return (pidfd, stat)
     }
 
-    /// The effective uid the process runs as: from the pidfd (`info`), else `/proc/PID/status`
-    /// read while the pidfd reports no exit. `nil` if it has exited.
-    public var effectiveUID: UInt32? {
-        if let info { return info.uids.effective }
-        guard let uid = try? ProcStatus.effectiveUID(pid: pid), !hasExited else { return nil }
-        return uid
+    /// The process's uids: from the pidfd (`info`), else `/proc/PID/status` read while the
+    /// pidfd reports no exit (so not a recycled pid's). `nil` if it has exited.
+    public var uids: ProcessUIDs? {
+        if let info { return info.uids }
+        guard let uids = try? ProcStatus.uids(pid: pid), !hasExited else { return nil }
+        return uids
     }
 
     /// This process's `/proc/PID/stat`, open, for `ProcStat.read(held:)`: checked to be its

@@ -121,10 +121,10 @@ public enum ProcessTree {
         (try? ProcStatus.uids(pid: pid))?.signallable(by: owner) ?? false
     }
 
-    /// `belongs` for a process held by a pidfd: its uids from the pidfd where the kernel can.
+    /// `belongs` for a process held by a pidfd (`Pidfd.uids`): from the pidfd where the
+    /// kernel can; an exited one belongs to nobody.
     public static func belongs(_ pidfd: Pidfd, to owner: UInt32) -> Bool {
-        if let info = pidfd.info { return info.uids.signallable(by: owner) }
-        return belongs(pidfd.pid, to: owner)
+        pidfd.uids?.signallable(by: owner) ?? false
     }
 
     /// Whether `/proc/PID/task/TID/children` exists (`CONFIG_PROC_CHILDREN`).
