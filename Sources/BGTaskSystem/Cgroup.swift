@@ -41,12 +41,26 @@ public struct Cgroup: Equatable, Sendable {
         return String(decoding: out, as: UTF8.self)
     }
 
-    /// The cgroup v2 of `pid` (the `0::` line of `/proc/PID/cgroup`), or `nil`.
+    /// The cgroup v2 of `pid` (the `0::` line of `/proc/PID/cgroup`), or `nil`. Read on
+    /// every connection's caller resolution: the file is scanned as bytes (`unifiedPath`).
     public static func of(pid: Int32) -> Cgroup? {
-        guard let root = mountPoint, let bytes = try? readFile("/proc/\(pid)/cgroup") else { return nil }
-        for line in String(decoding: bytes, as: UTF8.self).split(separator: "\n") where line.hasPrefix("0::") {
-            let path = String(line.dropFirst(3))
-            return Cgroup(directory: path == "/" ? root : root + path)
+        guard let root = mountPoint, let bytes = try? readFile("/proc/\(pid)/cgroup", shortReadEnds: true),
+              let path = unifiedPath(in: bytes) else { return nil }
+        return Cgroup(directory: path == "/" ? root : root + path)
+    }
+
+    /// The path of the `0::` line of a `/proc/PID/cgroup` file (`nil` without one). A byte
+    /// scan: split into `String` lines (a hybrid host lists a dozen hierarchies) it cost
+    /// ~80,000 instructions, a quarter of a connection.
+    static func unifiedPath(in bytes: [UInt8]) -> String? {
+        let newline = UInt8(ascii: "\n"), zero = UInt8(ascii: "0"), colon = UInt8(ascii: ":")
+        var start = 0
+        while start < bytes.count {
+            let end = bytes[start...].firstIndex(of: newline) ?? bytes.count
+            if end - start >= 3, bytes[start] == zero, bytes[start + 1] == colon, bytes[start + 2] == colon {
+                return String(decoding: bytes[(start + 3)..<end], as: UTF8.self)
+            }
+            start = end + 1
         }
         return nil
     }

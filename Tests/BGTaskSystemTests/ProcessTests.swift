@@ -333,6 +333,22 @@ import TestSupport
         for text in no { #expect(!Cgroup.isFrozen(events: Array(text.utf8)), "\(text)") }
     }
 
+    /// The `0::` line of `/proc/PID/cgroup`, wherever it stands among a hybrid host's v1
+    /// lines; no line of its own is no cgroup v2.
+    @Test func theUnifiedLineIsFoundAmongTheHierarchies() throws {
+        let hybrid = "12:cpuset:/\n11:memory:/user.slice\n1:name=systemd:/user.slice/x.scope\n0::/user.slice/app-1.scope\n"
+        #expect(Cgroup.unifiedPath(in: Array(hybrid.utf8)) == "/user.slice/app-1.scope")
+        #expect(Cgroup.unifiedPath(in: Array("0::/\n".utf8)) == "/")
+        #expect(Cgroup.unifiedPath(in: Array("0::/a b/c".utf8)) == "/a b/c")  // no final newline
+        #expect(Cgroup.unifiedPath(in: Array("\n\n0::/x\n1:name=systemd:/y\n".utf8)) == "/x")
+        for text in ["", "\n", "1:name=systemd:/user.slice\n", "10::/x\n", "0:", "0:cpu:/x\n", " 0::/x\n"] {
+            #expect(Cgroup.unifiedPath(in: Array(text.utf8)) == nil, "\(text)")
+        }
+        let own = try #require(Cgroup.of(pid: getpid()))
+        let listed = try String(contentsOfFile: "/proc/self/cgroup", encoding: .utf8)
+        #expect(listed.contains("0::" + own.path + "\n"))
+    }
+
     @Test func mountPointIsFoundInMountinfo() throws {
         let root = try #require(Cgroup.mountPoint)
         #expect(access(root + "/cgroup.procs", F_OK) == 0)
