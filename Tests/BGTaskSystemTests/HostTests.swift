@@ -127,6 +127,36 @@ import TestSupport
         #expect(ProcessTree.directoryNames(directory).isEmpty, "names left behind")
     }
 
+    /// A path that fits in a socket address while the name it would be staged under beside it
+    /// (`.bgtaskd-PID-N`, longer than `s`) does not is bound in place: listening, open to
+    /// everyone, nothing left beside it, and a second socket at the path refused as `bind`
+    /// refuses one.
+    @Test func aPathTooLongToStageBesideIsBoundInPlace() throws {
+        let top = try temporaryDirectory("bgtask-long")
+        // The directory's path sized so that "/s" just fits (107 bytes at most) and the
+        // staging name beside it does not.
+        let directory = top + "/" + String(repeating: "d", count: UnixSocket.maximumPathLength - 3 - top.utf8.count)
+        #expect(mkdir(directory, 0o700) == 0)
+        let path = directory + "/s"
+        defer { unlink(path); rmdir(directory); rmdir(top) }
+        #expect(path.utf8.count == UnixSocket.maximumPathLength)
+        #expect((directory + "/.bgtaskd-\(getpid())-1").utf8.count > UnixSocket.maximumPathLength)
+        let listener = try UnixSocket.listen(path: path)
+        defer { listener.close() }
+        let client = try UnixSocket.connect(path: path)
+        client.close()
+        var status = stat()
+        #expect(stat(path, &status) == 0)
+        #expect(status.st_mode & 0o777 == 0o666)
+        #expect(ProcessTree.directoryNames(directory) == ["s"], "names left beside the socket")
+        do {
+            try UnixSocket.listen(path: path).close()
+            Issue.record("a second socket was bound at \(path)")
+        } catch {
+            #expect(error.code == EADDRINUSE)
+        }
+    }
+
     /// The process's umask (`/proc/self/status`, which reads it without setting it).
     static func processUmask() throws -> UInt32 {
         let text = String(decoding: try readFile("/proc/self/status"), as: UTF8.self)
