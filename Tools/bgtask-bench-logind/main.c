@@ -16,7 +16,9 @@
  * processes: SIGSTOP sent to each through a pidfd opened before, timed the same way until
  * every one is stopped, then SIGCONT, timed until every one runs; and the same for the ROOTS
  * alone. Prints "lock MS", "unlock MS", "loop MS", "loop-continue MS", "roots MS" and
- * "roots-continue MS" lines. With BENCH_DAEMON_PID, the first round holds the lock for 6 s
+ * "roots-continue MS" lines, and after each "lock" line a "lock-start MS" line: when that
+ * lock began, in CLOCK_MONOTONIC milliseconds, to find each lock in a trace of the machine
+ * (scripts/bench-lock's BENCH_LOCK_KEEP keeps the lines). With BENCH_DAEMON_PID, the first round holds the lock for 6 s
  * once every process is stopped, and the last 5 s of it give that process's wake-ups and
  * CPU (all its threads, from /proc) while nothing happens: "locked-wakeups PER-SECOND" and
  * "locked-cpu MS-PER-SECOND" lines.
@@ -167,7 +169,7 @@ static int lock_rounds(const char *session, int rounds, const int *pids, int cou
         double start = now_us();
         if (set_locked(bus, session, 1) < 0) return 1;
         if (await_all(pids, count, 1) < 0) { fprintf(stderr, "round %d: not every app stopped within 10 s of the lock\n", round); return 1; }
-        printf("lock %.3f\n", (now_us() - start) / 1e3);
+        printf("lock %.3f\nlock-start %.3f\n", (now_us() - start) / 1e3, start / 1e3);
         const char *daemon = getenv("BENCH_DAEMON_PID");
         if (round == 0 && daemon && atoi(daemon) > 1) hold_locked(atoi(daemon), 5);
         start = now_us();
