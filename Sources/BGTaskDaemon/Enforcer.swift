@@ -63,10 +63,10 @@ final class Enforcer {
     static let stopCheckBudget = 128
     static let pathReadCost = 4
     static let minimumStopCheckSpacing: Int64 = 10_000_000
-    /// What the check of an app with nothing kept (a `tracked` app, or one walked: past
-    /// `heldStopLimits`, or unreached) costs: a walk costs several reads per process, and its
-    /// processes are not known until it is made. Four such apps a wake-up, as when every app
-    /// was walked.
+    /// What the check of a walked app with nothing kept (past `heldStopLimits`, or
+    /// unreached) costs: a walk costs several reads per process, and its processes are not
+    /// known until it is made. Four such apps a wake-up, as when every app was walked. A
+    /// tracked app's check costs its processes' reads by path (`trackedCheckCosts`).
     static let unkeptAppCost = stopCheckBudget / 4
     /// Passes over a tree while stopping it; each pass catches children forked meanwhile.
     static let maximumStopPasses = 16
@@ -172,6 +172,13 @@ final class Enforcer {
     private var signalSuspended: Set<ProcessIdentity> = []
     /// Signal-suspended apps still to be checked in this sweep.
     private var sweep: [ProcessIdentity] = []
+    /// What the stray check of each tracked app suspended with signals costs: its processes
+    /// read by path, which the tracker knows with no walk (counted at its stops, and again at
+    /// each check); and their sum, so that arming the check costs no scan. Counted as a
+    /// walked app's (`unkeptAppCost`), a locked session's 200 tracked apps (foot and its
+    /// shell) were checked 4 a wake-up, 50 wake-ups a second.
+    private var trackedCheckCosts: [ProcessIdentity: Int] = [:]
+    private var trackedCheckCost = 0
 
     init(group: IOGroup, root: @escaping (ProcessIdentity) -> Pidfd?, tracked: @escaping (ProcessIdentity, Set<Int32>, Bool) -> [Pidfd]?,
          log: @escaping (LogEntry.Priority, String) -> Void) throws(Errno) {
@@ -465,6 +472,8 @@ final class Enforcer {
             if stopped.isEmpty {
                 note(entry.app, nil, at: entry.at)
                 unreadStops[entry.app] = nil
+            } else {
+                setTrackedCheckCost(of: entry.app, processes: stopped.count)
             }
             excluded.formUnion(left)
             reportExcluded(entry.app, command: entry.command, action: "suspended")
@@ -646,7 +655,10 @@ final class Enforcer {
     /// Notes how `app` is suspended (`nil`: it is not).
     func note(_ app: ProcessIdentity, _ record: (method: Method, command: String, uid: UInt32)?, at now: Int64) {
         suspended[app] = record
-        if record?.method != .signals { _ = takeHeldStops(app) }
+        if record?.method != .signals {
+            _ = takeHeldStops(app)
+            setTrackedCheckCost(of: app, processes: nil)
+        }
         if case .freezer? = record?.method {} else if freezerWatches[app]?.held == false { freezerWatches[app] = nil }
         if record?.method == .signals { signalSuspended.insert(app) } else { signalSuspended.remove(app) }
         armStopCheck(at: now)
@@ -673,6 +685,11 @@ final class Enforcer {
                 // The first check opens the files (about a read by path each), later ones read them.
                 cost += Self.readCost(processes: held.pidfds.count, held: held.stats?.count { $0 != nil } ?? 0)
                 running = Self.firstRunning(held.pidfds, stats: keptStats(of: app), owner: record.uid)
+            } else if trackedCheckCosts[app] != nil {
+                let members = members(of: app, uid: record.uid)
+                setTrackedCheckCost(of: app, processes: members.count)
+                cost += Self.readCost(processes: members.count, held: 0)
+                running = Self.firstRunning(members, owner: nil)
             } else {
                 cost += Self.unkeptAppCost
                 running = Self.firstRunning(members(of: app, uid: record.uid), owner: nil)
@@ -706,6 +723,13 @@ final class Enforcer {
             }
         }
         return stopped
+    }
+
+    /// Notes what a tracked app's stray check costs (`nil`: it is not checked).
+    private func setTrackedCheckCost(of app: ProcessIdentity, processes: Int?) {
+        let cost = processes.map { Self.readCost(processes: $0, held: 0) }
+        trackedCheckCost += (cost ?? 0) - (trackedCheckCosts[app] ?? 0)
+        trackedCheckCosts[app] = cost
     }
 
     /// The first of `processes` that runs or sleeps. 'D' is no sign of a resumption: a shell
@@ -753,8 +777,8 @@ final class Enforcer {
             if stopCheckArmed { schedule(.stopCheck, nil) }
             stopCheckArmed = false
         } else if !stopCheckArmed {
-            let unkept = max(0, signalSuspended.count - heldStops.count)
-            let cost = Self.readCost(processes: heldStopCount, held: heldStatCount) + unkept * Self.unkeptAppCost
+            let unkept = max(0, signalSuspended.count - heldStops.count - trackedCheckCosts.count)
+            let cost = Self.readCost(processes: heldStopCount, held: heldStatCount) + unkept * Self.unkeptAppCost + trackedCheckCost
             schedule(.stopCheck, now + Self.stopCheckSpacing(cost: cost))
             stopCheckArmed = true
         }

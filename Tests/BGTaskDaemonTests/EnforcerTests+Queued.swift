@@ -75,6 +75,30 @@ extension EnforcerTests {
         #expect(rig.logged.contains { $0.contains("not suspended: the app's owner could not signal it") }, "\(rig.logged)")
     }
 
+    /// The stray check of tracked apps costs what reading their processes costs, not a
+    /// walk's: 40 single-process apps suspended are read in one sweep of 2 wake-ups a second,
+    /// not 10 (a locked session's 200 tracked apps woke the daemon 50 times a second).
+    @Test(.enabled(if: tracking, "needs root in the initial namespaces for the process-events connector"))
+    func theStrayCheckOfTrackedAppsIsPacedByTheirProcesses() throws {
+        let rig = try Rig(tracking: true)
+        let sleepers = try (0..<40).map { _ in try Spawned("/bin/sleep", ["1000"]) }
+        defer { for sleeper in sleepers { sleeper.killTree() } }
+        let apps = try sleepers.map { try rig.app($0) }
+        for app in apps { rig.enforcer.suspend(app, uid: 0, command: "sleep", mode: .signal, at: 0) }
+        rig.enforcer.finishStops()
+        try waitUntil("every app stopped") { sleepers.allSatisfy { processState($0.pid) == "T" } }
+        let now: Int64 = 5_000_000_000
+        rig.enforcer.checkStops(at: now)
+        let spacing = Enforcer.stopCheckSpacing(cost: Enforcer.readCost(processes: 40, held: 0))
+        #expect(spacing == Enforcer.stopCheckInterval / 2)
+        let armed = rig.scheduled.last
+        #expect(armed?.0 == .stopCheck && armed?.1 == now + spacing, "\(String(describing: armed))")
+        #expect(sleepers.allSatisfy { processState($0.pid) == "T" })  // none found running, none stopped again
+        for app in apps { rig.enforcer.resume(app, uid: 0, at: now) }
+        #expect(rig.scheduled.last?.0 == .stopCheck && rig.scheduled.last?.1 == nil)  // disarmed: none suspended
+        try waitUntil("every app running") { sleepers.allSatisfy { processState($0.pid) != "T" } }
+    }
+
     /// An app whose own process is gone by the pass's end is not suspended after all (its
     /// pidfd reports the exit; nothing stays armed for it).
     @Test(.enabled(if: tracking, "needs root in the initial namespaces for the process-events connector"))
