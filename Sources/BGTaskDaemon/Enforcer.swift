@@ -172,13 +172,27 @@ final class Enforcer {
     private var signalSuspended: Set<ProcessIdentity> = []
     /// Signal-suspended apps still to be checked in this sweep.
     private var sweep: [ProcessIdentity] = []
-    /// What the stray check of each tracked app suspended with signals costs: its processes
-    /// read by path, which the tracker knows with no walk (counted at its stops, and again at
+    /// What the stray check of each tracked app suspended with signals costs: its processes'
+    /// states read, which the tracker knows with no walk (counted at its stops, and again at
     /// each check); and their sum, so that arming the check costs no scan. Counted as a
     /// walked app's (`unkeptAppCost`), a locked session's 200 tracked apps (foot and its
     /// shell) were checked 4 a wake-up, 50 wake-ups a second.
     private var trackedCheckCosts: [ProcessIdentity: Int] = [:]
     private var trackedCheckCost = 0
+    /// The `/proc/PID/stat` of a tracked app's processes, held open while it is suspended
+    /// with signals (opened at its first check, as `keptStats` opens a kept app's): later
+    /// checks read them with no open. Each is its process's by pidfs inode and start time (a
+    /// pid the tracker lists again may be another process's by then). At most
+    /// `heldStopLimits` of them, in all and for one owner's apps, as what `heldStops` keeps:
+    /// past that a process is read by path.
+    private var trackedStats: [ProcessIdentity: (uid: UInt32, files: [Int32: TrackedStat])] = [:]
+    private(set) var trackedStatCount = 0
+    private var trackedStatsByUser: [UInt32: Int] = [:]
+    private struct TrackedStat {
+        var inode: UInt64
+        var startTime: UInt64
+        var file: FileDescriptor
+    }
 
     init(group: IOGroup, root: @escaping (ProcessIdentity) -> Pidfd?, tracked: @escaping (ProcessIdentity, Set<Int32>, Bool) -> [Pidfd]?,
          log: @escaping (LogEntry.Priority, String) -> Void) throws(Errno) {
@@ -473,7 +487,7 @@ final class Enforcer {
                 note(entry.app, nil, at: entry.at)
                 unreadStops[entry.app] = nil
             } else {
-                setTrackedCheckCost(of: entry.app, processes: stopped.count)
+                setTrackedCheckCost(of: entry.app, processes: stopped.count, held: 0)
             }
             excluded.formUnion(left)
             reportExcluded(entry.app, command: entry.command, action: "suspended")
@@ -658,6 +672,7 @@ final class Enforcer {
         if record?.method != .signals {
             _ = takeHeldStops(app)
             setTrackedCheckCost(of: app, processes: nil)
+            _ = takeTrackedStats(app)
         }
         if case .freezer? = record?.method {} else if freezerWatches[app]?.held == false { freezerWatches[app] = nil }
         if record?.method == .signals { signalSuspended.insert(app) } else { signalSuspended.remove(app) }
@@ -687,9 +702,10 @@ final class Enforcer {
                 running = Self.firstRunning(held.pidfds, stats: keptStats(of: app), owner: record.uid)
             } else if trackedCheckCosts[app] != nil {
                 let members = members(of: app, uid: record.uid)
-                setTrackedCheckCost(of: app, processes: members.count)
-                cost += Self.readCost(processes: members.count, held: 0)
-                running = Self.firstRunning(members, owner: nil)
+                cost += Self.readCost(processes: members.count, held: min(members.count, trackedStats[app]?.files.count ?? 0))
+                let stats = trackedStatFiles(of: app, uid: record.uid, members)
+                setTrackedCheckCost(of: app, processes: members.count, held: stats.count { $0 != nil })
+                running = Self.firstRunning(members, stats: stats, owner: nil)
             } else {
                 cost += Self.unkeptAppCost
                 running = Self.firstRunning(members(of: app, uid: record.uid), owner: nil)
@@ -726,10 +742,46 @@ final class Enforcer {
     }
 
     /// Notes what a tracked app's stray check costs (`nil`: it is not checked).
-    private func setTrackedCheckCost(of app: ProcessIdentity, processes: Int?) {
-        let cost = processes.map { Self.readCost(processes: $0, held: 0) }
+    private func setTrackedCheckCost(of app: ProcessIdentity, processes: Int?, held: Int = 0) {
+        let cost = processes.map { Self.readCost(processes: $0, held: held) }
         trackedCheckCost += (cost ?? 0) - (trackedCheckCosts[app] ?? 0)
         trackedCheckCosts[app] = cost
+    }
+
+    /// The held `/proc/PID/stat` of each of a tracked app's `members` (`trackedStats`),
+    /// opened for those that have none yet; those of processes no longer listed are closed.
+    /// One that would take the spare below the limit is not held (that process is read by
+    /// path), as `keptStats`.
+    private func trackedStatFiles(of app: ProcessIdentity, uid: UInt32, _ members: [Pidfd]) -> [FileDescriptor?] {
+        let before = takeTrackedStats(app)
+        var kept: [Int32: TrackedStat] = [:]
+        let room = Self.heldDescriptorRoom
+        let owners = trackedStatsByUser[uid, default: 0]
+        let files = members.map { pidfd -> FileDescriptor? in
+            if let held = before[pidfd.pid], held.inode == pidfd.inode, held.startTime == pidfd.startTime {
+                kept[pidfd.pid] = held
+                return held.file
+            }
+            guard trackedStatCount + kept.count < heldStopLimits.all, owners + kept.count < heldStopLimits.perUser,
+                  let file = pidfd.openStat(), file.rawValue < room else { return nil }
+            kept[pidfd.pid] = TrackedStat(inode: pidfd.inode, startTime: pidfd.startTime, file: file)
+            return file
+        }
+        if !kept.isEmpty {
+            trackedStats[app] = (uid, kept)
+            trackedStatCount += kept.count
+            trackedStatsByUser[uid] = owners + kept.count
+        }
+        return files
+    }
+
+    /// Takes a tracked app's held stat files out of `trackedStats` (closed when dropped).
+    private func takeTrackedStats(_ app: ProcessIdentity) -> [Int32: TrackedStat] {
+        guard let (uid, files) = trackedStats.removeValue(forKey: app) else { return [:] }
+        trackedStatCount -= files.count
+        let owners = trackedStatsByUser[uid, default: 0] - files.count
+        trackedStatsByUser[uid] = owners > 0 ? owners : nil
+        return files
     }
 
     /// The first of `processes` that runs or sleeps. 'D' is no sign of a resumption: a shell

@@ -75,11 +75,14 @@ extension EnforcerTests {
         #expect(rig.logged.contains { $0.contains("not suspended: the app's owner could not signal it") }, "\(rig.logged)")
     }
 
-    /// The stray check of tracked apps costs what reading their processes costs, not a
-    /// walk's: 40 single-process apps suspended are read in one sweep of 2 wake-ups a second,
-    /// not 10 (a locked session's 200 tracked apps woke the daemon 50 times a second).
+    /// The stray check of tracked apps costs what reading their processes' states costs, not
+    /// a walk's: its first look at 40 single-process apps opens their `/proc/PID/stat` (32
+    /// apps a wake-up), the next ones read them held, one wake-up a second for all 40 (a
+    /// walk's cost had a locked session's 200 tracked apps wake the daemon 50 times a
+    /// second). A process continued by someone else is still found, read from its held file,
+    /// and stopped again.
     @Test(.enabled(if: tracking, "needs root in the initial namespaces for the process-events connector"))
-    func theStrayCheckOfTrackedAppsIsPacedByTheirProcesses() throws {
+    func theStrayCheckOfTrackedAppsReadsHeldFiles() throws {
         let rig = try Rig(tracking: true)
         let sleepers = try (0..<40).map { _ in try Spawned("/bin/sleep", ["1000"]) }
         defer { for sleeper in sleepers { sleeper.killTree() } }
@@ -87,15 +90,51 @@ extension EnforcerTests {
         for app in apps { rig.enforcer.suspend(app, uid: 0, command: "sleep", mode: .signal, at: 0) }
         rig.enforcer.finishStops()
         try waitUntil("every app stopped") { sleepers.allSatisfy { processState($0.pid) == "T" } }
-        let now: Int64 = 5_000_000_000
-        rig.enforcer.checkStops(at: now)
-        let spacing = Enforcer.stopCheckSpacing(cost: Enforcer.readCost(processes: 40, held: 0))
-        #expect(spacing == Enforcer.stopCheckInterval / 2)
+        // A sweep of two wake-ups opens the files (each app read by path: 32 of them fill a
+        // wake-up's budget), the third reads all 40 held.
+        var now: Int64 = 1_000_000_000
+        for _ in 0..<3 {
+            rig.enforcer.checkStops(at: now)
+            now += 1_000_000_000
+        }
         let armed = rig.scheduled.last
-        #expect(armed?.0 == .stopCheck && armed?.1 == now + spacing, "\(String(describing: armed))")
+        #expect(armed?.0 == .stopCheck && armed?.1 == now - 1_000_000_000 + Enforcer.stopCheckInterval, "\(String(describing: armed))")
         #expect(sleepers.allSatisfy { processState($0.pid) == "T" })  // none found running, none stopped again
+        try sleepers[0].signal(SIGCONT)
+        try waitUntil("the first app continued") { processState(sleepers[0].pid) != "T" }
+        rig.enforcer.checkStops(at: now)
+        try waitUntil("the first app stopped again") { processState(sleepers[0].pid) == "T" }
+        #expect(rig.logged.contains { $0.contains("was resumed while suspended (pid \(sleepers[0].pid)") }, "\(rig.logged)")
+        #expect(rig.enforcer.trackedStatCount == 40)
         for app in apps { rig.enforcer.resume(app, uid: 0, at: now) }
         #expect(rig.scheduled.last?.0 == .stopCheck && rig.scheduled.last?.1 == nil)  // disarmed: none suspended
+        #expect(rig.enforcer.trackedStatCount == 0)  // closed with the suspensions
+        try waitUntil("every app running") { sleepers.allSatisfy { processState($0.pid) != "T" } }
+    }
+
+    /// The held files are bounded as what a suspension keeps is (`heldStopLimits`, here 5 for
+    /// the owner): past that, processes are read by path, and the check is paced by that.
+    @Test(.enabled(if: tracking, "needs root in the initial namespaces for the process-events connector"))
+    func theTrackedAppsHeldFilesAreBoundedPerOwner() throws {
+        let rig = try Rig(tracking: true)
+        rig.enforcer.heldStopLimits = (all: 100, perUser: 5)
+        let sleepers = try (0..<40).map { _ in try Spawned("/bin/sleep", ["1000"]) }
+        defer { for sleeper in sleepers { sleeper.killTree() } }
+        let apps = try sleepers.map { try rig.app($0) }
+        for app in apps { rig.enforcer.suspend(app, uid: 0, command: "sleep", mode: .signal, at: 0) }
+        rig.enforcer.finishStops()
+        try waitUntil("every app stopped") { sleepers.allSatisfy { processState($0.pid) == "T" } }
+        var now: Int64 = 1_000_000_000
+        for _ in 0..<3 {
+            rig.enforcer.checkStops(at: now)
+            now += 1_000_000_000
+        }
+        #expect(rig.enforcer.trackedStatCount == 5)
+        let spacing = Enforcer.stopCheckSpacing(cost: Enforcer.readCost(processes: 40, held: 5))
+        #expect(spacing == Enforcer.stopCheckInterval / 2)
+        #expect(rig.scheduled.last?.1 == now - 1_000_000_000 + spacing, "\(String(describing: rig.scheduled.last))")
+        for app in apps { rig.enforcer.resume(app, uid: 0, at: now) }
+        #expect(rig.enforcer.trackedStatCount == 0)
         try waitUntil("every app running") { sleepers.allSatisfy { processState($0.pid) != "T" } }
     }
 
