@@ -66,7 +66,7 @@ final class Enforcer {
     /// What the check of a walked app with nothing kept (past `heldStopLimits`, or
     /// unreached) costs: a walk costs several reads per process, and its processes are not
     /// known until it is made. Four such apps a wake-up, as when every app was walked. A
-    /// tracked app's check costs its processes' reads by path (`trackedCheckCosts`).
+    /// tracked app's check costs its processes' reads (`trackedCheckCosts`).
     static let unkeptAppCost = stopCheckBudget / 4
     /// Passes over a tree while stopping it; each pass catches children forked meanwhile.
     static let maximumStopPasses = 16
@@ -141,7 +141,8 @@ final class Enforcer {
     static let maximumHeldStops = min(4096, max(16, Host.descriptorLimit / 16))
     /// What `heldStops` keeps at most, in all and for one owner's apps: half, so that no user
     /// (uid 65534 suspending its own apps of many processes) keeps another's from being kept.
-    /// A 200-window session of two processes a window keeps 400.
+    /// A 200-window session of two processes a window keeps 400. The stat files held for
+    /// tracked apps' checks (`trackedStats`) are bounded alike, apart.
     var heldStopLimits = (all: Enforcer.maximumHeldStops, perUser: Enforcer.maximumHeldStops / 2)
     /// Apps sent a catchable signal: what to `SIGKILL` when the grace runs out.
     var terminating: [ProcessIdentity: (pidfds: [Pidfd], cgroup: Cgroup?)] = [:]
