@@ -75,34 +75,42 @@ extension EnforcerTests {
         #expect(rig.logged.contains { $0.contains("not suspended: the app's owner could not signal it") }, "\(rig.logged)")
     }
 
+    /// 40 single-process tracked apps suspended with signals, stopped, and swept three times
+    /// a second apart: a sweep of two wake-ups opens their files (each app read by path: 32 of
+    /// them fill a wake-up's budget), the third reads those held. Returns the sleepers, the
+    /// apps and the instant of the last check; the caller resumes the apps.
+    private func sweptTrackedSleepers(_ rig: Rig) throws -> (sleepers: [Spawned], apps: [ProcessIdentity], at: Int64) {
+        var sleepers: [Spawned] = []
+        do {
+            for _ in 0..<40 { sleepers.append(try Spawned("/bin/sleep", ["1000"])) }
+            let apps = try sleepers.map { try rig.app($0) }
+            for app in apps { rig.enforcer.suspend(app, uid: 0, command: "sleep", mode: .signal, at: 0) }
+            rig.enforcer.finishStops()
+            try waitUntil("every app stopped") { sleepers.allSatisfy { processState($0.pid) == "T" } }
+            for second in 1...3 { rig.enforcer.checkStops(at: Int64(second) * 1_000_000_000) }
+            return (sleepers, apps, 3_000_000_000)
+        } catch {
+            for sleeper in sleepers { sleeper.killTree() }
+            throw error
+        }
+    }
+
     /// The stray check of tracked apps costs what reading their processes' states costs, not
-    /// a walk's: its first look at 40 single-process apps opens their `/proc/PID/stat` (32
-    /// apps a wake-up), the next ones read them held, one wake-up a second for all 40 (a
+    /// a walk's: once their `/proc/PID/stat` are held, one wake-up a second reads all 40 (a
     /// walk's cost had a locked session's 200 tracked apps wake the daemon 50 times a
     /// second). A process continued by someone else is still found, read from its held file,
     /// and stopped again.
     @Test(.enabled(if: tracking, "needs root in the initial namespaces for the process-events connector"))
     func theStrayCheckOfTrackedAppsReadsHeldFiles() throws {
         let rig = try Rig(tracking: true)
-        let sleepers = try (0..<40).map { _ in try Spawned("/bin/sleep", ["1000"]) }
+        let (sleepers, apps, now) = try sweptTrackedSleepers(rig)
         defer { for sleeper in sleepers { sleeper.killTree() } }
-        let apps = try sleepers.map { try rig.app($0) }
-        for app in apps { rig.enforcer.suspend(app, uid: 0, command: "sleep", mode: .signal, at: 0) }
-        rig.enforcer.finishStops()
-        try waitUntil("every app stopped") { sleepers.allSatisfy { processState($0.pid) == "T" } }
-        // A sweep of two wake-ups opens the files (each app read by path: 32 of them fill a
-        // wake-up's budget), the third reads all 40 held.
-        var now: Int64 = 1_000_000_000
-        for _ in 0..<3 {
-            rig.enforcer.checkStops(at: now)
-            now += 1_000_000_000
-        }
         let armed = rig.scheduled.last
-        #expect(armed?.0 == .stopCheck && armed?.1 == now - 1_000_000_000 + Enforcer.stopCheckInterval, "\(String(describing: armed))")
+        #expect(armed?.0 == .stopCheck && armed?.1 == now + Enforcer.stopCheckInterval, "\(String(describing: armed))")
         #expect(sleepers.allSatisfy { processState($0.pid) == "T" })  // none found running, none stopped again
         try sleepers[0].signal(SIGCONT)
         try waitUntil("the first app continued") { processState(sleepers[0].pid) != "T" }
-        rig.enforcer.checkStops(at: now)
+        rig.enforcer.checkStops(at: now + Enforcer.stopCheckInterval)
         try waitUntil("the first app stopped again") { processState(sleepers[0].pid) == "T" }
         #expect(rig.logged.contains { $0.contains("was resumed while suspended (pid \(sleepers[0].pid)") }, "\(rig.logged)")
         #expect(rig.enforcer.trackedStatCount == 40)
@@ -118,21 +126,12 @@ extension EnforcerTests {
     func theTrackedAppsHeldFilesAreBoundedPerOwner() throws {
         let rig = try Rig(tracking: true)
         rig.enforcer.heldStopLimits = (all: 100, perUser: 5)
-        let sleepers = try (0..<40).map { _ in try Spawned("/bin/sleep", ["1000"]) }
+        let (sleepers, apps, now) = try sweptTrackedSleepers(rig)
         defer { for sleeper in sleepers { sleeper.killTree() } }
-        let apps = try sleepers.map { try rig.app($0) }
-        for app in apps { rig.enforcer.suspend(app, uid: 0, command: "sleep", mode: .signal, at: 0) }
-        rig.enforcer.finishStops()
-        try waitUntil("every app stopped") { sleepers.allSatisfy { processState($0.pid) == "T" } }
-        var now: Int64 = 1_000_000_000
-        for _ in 0..<3 {
-            rig.enforcer.checkStops(at: now)
-            now += 1_000_000_000
-        }
         #expect(rig.enforcer.trackedStatCount == 5)
         let spacing = Enforcer.stopCheckSpacing(cost: Enforcer.readCost(processes: 40, held: 5))
         #expect(spacing == Enforcer.stopCheckInterval / 2)
-        #expect(rig.scheduled.last?.1 == now - 1_000_000_000 + spacing, "\(String(describing: rig.scheduled.last))")
+        #expect(rig.scheduled.last?.1 == now + spacing, "\(String(describing: rig.scheduled.last))")
         for app in apps { rig.enforcer.resume(app, uid: 0, at: now) }
         #expect(rig.enforcer.trackedStatCount == 0)
         try waitUntil("every app running") { sleepers.allSatisfy { processState($0.pid) != "T" } }
