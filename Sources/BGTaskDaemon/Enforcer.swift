@@ -188,7 +188,7 @@ final class Enforcer {
     /// past that a process is read by path.
     private var trackedStats: [ProcessIdentity: (uid: UInt32, files: [Int32: TrackedStat])] = [:]
     private(set) var trackedStatCount = 0
-    private var trackedStatsByUser: [UInt32: Int] = [:]
+    private(set) var trackedStatsByUser: [UInt32: Int] = [:]
     private struct TrackedStat {
         var inode: UInt64
         var startTime: UInt64

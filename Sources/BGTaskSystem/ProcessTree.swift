@@ -116,11 +116,6 @@ public enum ProcessTree {
         return result
     }
 
-    /// Whether `owner` could signal `pid` itself (unknown uids count as no).
-    static func belongs(_ pid: Int32, to owner: UInt32) -> Bool {
-        (try? ProcStatus.uids(pid: pid))?.signallable(by: owner) ?? false
-    }
-
     /// `belongs` for a process held by a pidfd (`Pidfd.uids`): from the pidfd where the
     /// kernel can; an exited one belongs to nobody.
     public static func belongs(_ pidfd: Pidfd, to owner: UInt32) -> Bool {
