@@ -79,12 +79,15 @@ extension EnforcerTests {
     /// a second apart: a sweep of two wake-ups opens their files (each app read by path: 32 of
     /// them fill a wake-up's budget), the third reads those held. Returns the sleepers, the
     /// apps and the instant of the last check; the caller resumes the apps.
-    private func sweptTrackedSleepers(_ rig: Rig) throws -> (sleepers: [Spawned], apps: [ProcessIdentity], at: Int64) {
+    /// With `uid`, the sleepers run as that user (`setpriv`), which suspends them.
+    private func sweptTrackedSleepers(_ rig: Rig, uid: UInt32 = 0) throws -> (sleepers: [Spawned], apps: [ProcessIdentity], at: Int64) {
         var sleepers: [Spawned] = []
         do {
-            for _ in 0..<40 { sleepers.append(try Spawned("/bin/sleep", ["1000"])) }
+            let command = (uid == 0 ? [] : ["/usr/bin/setpriv", "--reuid=\(uid)", "--regid=\(uid)", "--clear-groups"])
+                + ["/bin/sleep", "1000"]
+            for _ in 0..<40 { sleepers.append(try Spawned(command[0], Array(command.dropFirst()))) }
             let apps = try sleepers.map { try rig.app($0) }
-            for app in apps { rig.enforcer.suspend(app, uid: 0, command: "sleep", mode: .signal, at: 0) }
+            for app in apps { rig.enforcer.suspend(app, uid: uid, command: "sleep", mode: .signal, at: 0) }
             rig.enforcer.finishStops()
             try waitUntil("every app stopped") { sleepers.allSatisfy { processState($0.pid) == "T" } }
             for second in 1...3 { rig.enforcer.checkStops(at: Int64(second) * 1_000_000_000) }
@@ -135,6 +138,32 @@ extension EnforcerTests {
         for app in apps { rig.enforcer.resume(app, uid: 0, at: now) }
         #expect(rig.enforcer.trackedStatCount == 0)
         try waitUntil("every app running") { sleepers.allSatisfy { processState($0.pid) != "T" } }
+    }
+
+    /// One user's held files take no other user's share: uid 65534 suspending 40 of its own
+    /// tracked apps holds 5 (its share here), and root's app suspended after is still held.
+    @Test(.enabled(if: tracking, "needs root in the initial namespaces for the process-events connector (and setpriv to uid 65534)"))
+    func oneUsersTrackedAppsHoldNoMoreThanTheirShare() throws {
+        let rig = try Rig(tracking: true)
+        rig.enforcer.heldStopLimits = (all: 100, perUser: 5)
+        let (sleepers, apps, now) = try sweptTrackedSleepers(rig, uid: 65534)
+        defer { for sleeper in sleepers { sleeper.killTree() } }
+        #expect(rig.enforcer.trackedStatsByUser[65534] == 5)
+        let rootSleeper = try Spawned("/bin/sleep", ["1000"])
+        defer { rootSleeper.killTree() }
+        let rootApp = try rig.app(rootSleeper)
+        rig.enforcer.suspend(rootApp, uid: 0, command: "sleep", mode: .signal, at: now)
+        rig.enforcer.finishStops()
+        try waitUntil("root's app stopped") { processState(rootSleeper.pid) == "T" }
+        // Sweeps until root's app has been looked at (a sweep of 41 apps, most read by path,
+        // takes two wake-ups).
+        for second in 1...4 { rig.enforcer.checkStops(at: now + Int64(second) * 1_000_000_000) }
+        #expect(rig.enforcer.trackedStatsByUser[0] == 1)
+        #expect(rig.enforcer.trackedStatsByUser[65534] == 5)
+        rig.enforcer.resume(rootApp, uid: 0, at: now)
+        for app in apps { rig.enforcer.resume(app, uid: 65534, at: now) }
+        #expect(rig.enforcer.trackedStatCount == 0)
+        try waitUntil("every app running") { (sleepers + [rootSleeper]).allSatisfy { processState($0.pid) != "T" } }
     }
 
     /// An app whose own process is gone by the pass's end is not suspended after all (its
