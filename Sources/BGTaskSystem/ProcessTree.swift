@@ -129,13 +129,35 @@ public enum ProcessTree {
     }()
 
     /// The children of every thread of `pid`; `nil` if they could not be read for want of
-    /// descriptors. On the path of every suspension of every app: `/proc/PID/task` is held
-    /// while its threads' lists are opened through it (`openat` of `TID/children`: a lookup of
-    /// two names, not of five, each checking the process again), the thread ids come from
-    /// `getdents64(2)` and the pids from the bytes, with no `String` for a path or a name
-    /// (`opendir` costs an `fstat` more, and a string per entry).
+    /// descriptors. On the path of every suspension of every app.
+    ///
+    /// A process of one thread (most are) has one list, `/proc/PID/task/PID/children`, opened
+    /// by its path once a `stat` of `/proc/PID/task` has counted the threads (its link count
+    /// is 2 + the threads, `proc_task_getattr`): two system calls fewer than the directory's
+    /// open, read and close, a fifth of a walked app's (`scripts/bench-lock`). The count holds
+    /// for a member the walk has stopped (`visit`): a process with a stop pending starts no
+    /// thread, as it forks no child (`copy_process` fails on a pending signal and is
+    /// restarted once it is continued), and the children of a thread that exited are its
+    /// group's remaining thread's. Unvisited, the walk is a look at one moment either way: a
+    /// thread started after the directory was read went unseen as well.
+    ///
+    /// Otherwise `/proc/PID/task` is held while its threads' lists are opened through it
+    /// (`openat` of `TID/children`: a lookup of two names, not of five, each checking the
+    /// process again), the thread ids come from `getdents64(2)` and the pids from the bytes,
+    /// with no `String` for a path or a name (`opendir` costs an `fstat` more, and a string
+    /// per entry).
     /// (`readSize`: for tests, a number split between reads.)
     static func children(of pid: Int32, readSize: Int = 4096) -> [Int32]? {
+        if threads(of: pid) == 1 {
+            let fd = withPath({ $0.append("/proc/"); $0.append(pid); $0.append("/task/"); $0.append(pid); $0.append("/children") }) {
+                open($0, O_RDONLY | O_CLOEXEC)
+            }
+            guard fd >= 0 else { return Errno.current("open").isShortage ? nil : [] }  // else gone
+            defer { Glibc.close(fd) }
+            var result: [Int32] = []
+            readList(fd, into: &result, readSize: readSize)
+            return result
+        }
         let task = withPath({ $0.append("/proc/"); $0.append(pid); $0.append("/task") }) {
             open($0, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         }
@@ -149,39 +171,51 @@ public enum ProcessTree {
                 continue  // the thread is gone
             }
             defer { Glibc.close(fd) }
-            // Pids separated by spaces, read 4 KiB at a time (a number may straddle two reads)
-            // until a read is short (the kernel fills what it is asked for while it has more),
-            // at most `maximumListBytes` of them.
-            var value: Int32 = 0, digits = 0, total = 0
-            withUnsafeTemporaryAllocation(of: UInt8.self, capacity: readSize) { buffer in
-                while total < maximumListBytes {
-                    let count = read(fd, buffer.baseAddress, buffer.count)
-                    if count < 0, errno == EINTR { continue }
-                    guard count > 0 else { return }
-                    total += count
-                    for byte in buffer[..<count] {
-                        if byte >= 0x30, byte <= 0x39, digits < 9 {
-                            value = value * 10 + Int32(byte - 0x30)
-                            digits += 1
-                        } else {
-                            if digits > 0 { result.append(value) }
-                            value = 0
-                            digits = 0
-                        }
-                    }
-                    if count < buffer.count { return }
-                }
-            }
-            if digits > 0 { result.append(value) }
+            readList(fd, into: &result, readSize: readSize)
         }
         return result
+    }
+
+    /// The threads of `pid` (`/proc/PID/task`'s link count less 2); `nil` if it cannot be
+    /// looked at (gone, or /proc hides it).
+    static func threads(of pid: Int32) -> Int? {
+        var status = stat()
+        let looked = withPath({ $0.append("/proc/"); $0.append(pid); $0.append("/task") }) { fstatat(AT_FDCWD, $0, &status, 0) }
+        return looked == 0 && status.st_nlink > 2 ? Int(status.st_nlink) - 2 : nil
+    }
+
+    /// A list of children open at `fd`, appended to `result`: pids separated by spaces, read
+    /// 4 KiB at a time (a number may straddle two reads) until a read is short (the kernel
+    /// fills what it is asked for while it has more), at most `maximumListBytes` of them.
+    private static func readList(_ fd: Int32, into result: inout [Int32], readSize: Int) {
+        var value: Int32 = 0, digits = 0, total = 0
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: readSize) { buffer in
+            while total < maximumListBytes {
+                let count = read(fd, buffer.baseAddress, buffer.count)
+                if count < 0, errno == EINTR { continue }
+                guard count > 0 else { return }
+                total += count
+                for byte in buffer[..<count] {
+                    if byte >= 0x30, byte <= 0x39, digits < 9 {
+                        value = value * 10 + Int32(byte - 0x30)
+                        digits += 1
+                    } else {
+                        if digits > 0 { result.append(value) }
+                        value = 0
+                        digits = 0
+                    }
+                }
+                if count < buffer.count { return }
+            }
+        }
+        if digits > 0 { result.append(value) }
     }
 
     /// The most of one thread's list of children read (about 150,000 pids), as `readFile`
     /// reads at most: a walk's memory stays bounded whatever a process forks.
     static let maximumListBytes = 1 << 20
 
-    /// A path of at most 63 bytes built in place (`/proc/PID/task`, `TID/children`), NUL
+    /// A path of at most 63 bytes built in place (`/proc/PID/task/PID/children` and its pieces), NUL
     /// ended, for `body`.
     private struct PathBuilder {
         let bytes: UnsafeMutableBufferPointer<CChar>

@@ -269,6 +269,36 @@ import TestSupport
         }
     }
 
+    /// A process of one thread has its children read from that thread's list alone (the
+    /// thread count first: `/proc/PID/task`'s link count); one of more threads from every
+    /// thread's. A child forked by a thread other than the main one is on that thread's list
+    /// only, and is a member, stopped by the walk like any other; so are the main thread's.
+    @Test func aChildForkedByAnotherThreadIsAMember() throws {
+        let script = "import subprocess, sys, threading, time\n"
+            + "main = subprocess.Popen(['/bin/sleep', '60'])\n"
+            + "def fork():\n"
+            + "    child = subprocess.Popen(['/bin/sleep', '60'])\n"
+            + "    print(main.pid, child.pid, flush=True)\n"
+            + "    time.sleep(60)\n"
+            + "threading.Thread(target=fork, daemon=True).start()\n"
+            + "time.sleep(60)\n"
+        let root = try Spawned("/usr/bin/python3", ["-c", script])
+        defer { root.killTree() }
+        let pids = try #require(try root.readLine(timeout: 10)).split(separator: " ").compactMap { Int32($0) }
+        try #require(pids.count == 2)
+        let (fromMain, fromThread) = (pids[0], pids[1])
+        #expect(ProcessTree.threads(of: root.pid) == 2 && ProcessTree.threads(of: fromMain) == 1)
+        #expect(ProcessTree.children(of: root.pid)?.sorted() == [fromMain, fromThread].sorted())
+        #expect(ProcessTree.children(of: fromMain) == [])
+        var excluded: [Int32] = [], unreached: [Int32] = []
+        let members = ProcessTree.members(of: root.pidfd, owner: nil, excluded: &excluded, unreached: &unreached) {
+            $0.trySend(signal: SIGSTOP)
+        }
+        #expect(members.map(\.pid).sorted() == [root.pid, fromMain, fromThread].sorted())
+        try waitUntil("all three stopped") { [root.pid, fromMain, fromThread].allSatisfy { processState($0) == "T" } }
+        for pidfd in members { try pidfd.send(signal: SIGCONT) }
+    }
+
     /// A walk that visits each member learns from the visit whether it is still there (a
     /// signal through its pidfd: `ESRCH` once reaped): a root gone is no app, and is neither
     /// a member nor left out for its owner; a child gone is no member, and its children (none
