@@ -132,10 +132,9 @@ final class Enforcer {
     /// Beside the kept processes, once the stray check first read them (`keptStats`), each
     /// one's `/proc/PID/stat` held open, where the descriptors allow, else `nil`.
     private(set) var heldStops: [ProcessIdentity: (uid: UInt32, pidfds: [Pidfd], stats: [FileDescriptor?]?)] = [:]
-    private var heldStopCount = 0
+    private var heldStopBudget = OwnerBudget()
     /// How many of the kept processes' `/proc/PID/stat` are held (the check's pace).
     private var heldStatCount = 0
-    private var heldStopsByUser: [UInt32: Int] = [:]
     /// The most pidfds `heldStops` keeps, all apps together: a sixteenth of the descriptors,
     /// as the tracker's members, at most 4,096 (the system unit's limit gives that).
     static let maximumHeldStops = min(4096, max(16, Host.descriptorLimit / 16))
@@ -187,8 +186,7 @@ final class Enforcer {
     /// `heldStopLimits` of them, in all and for one owner's apps, as what `heldStops` keeps:
     /// past that a process is read by path.
     private var trackedStats: [ProcessIdentity: (uid: UInt32, files: [Int32: TrackedStat])] = [:]
-    private(set) var trackedStatCount = 0
-    private(set) var trackedStatsByUser: [UInt32: Int] = [:]
+    private(set) var trackedStatBudget = OwnerBudget()
     private struct TrackedStat {
         var inode: UInt64
         var startTime: UInt64
@@ -575,11 +573,9 @@ final class Enforcer {
             let known = Set(stopped.map(\.pid))
             held += earlier.dropFirst().filter { !known.contains($0.pid) && !$0.hasExited }
         }
-        let owners = heldStopsByUser[uid, default: 0]
-        guard heldStopCount + held.count <= heldStopLimits.all, owners + held.count <= heldStopLimits.perUser else { return }
+        guard heldStopBudget.allows(held.count, for: uid, within: heldStopLimits) else { return }
         heldStops[app] = (uid, held, nil)
-        heldStopCount += held.count
-        heldStopsByUser[uid] = owners + held.count
+        heldStopBudget.add(held.count, for: uid)
     }
 
     /// The kept processes' `/proc/PID/stat` files, opened at the app's first check (not on
@@ -602,10 +598,8 @@ final class Enforcer {
 
     private func takeHeldStops(_ app: ProcessIdentity) -> [Pidfd]? {
         guard let held = heldStops.removeValue(forKey: app) else { return nil }
-        heldStopCount -= held.pidfds.count
+        heldStopBudget.remove(held.pidfds.count, for: held.uid)
         heldStatCount -= held.stats?.count { $0 != nil } ?? 0
-        let owners = heldStopsByUser[held.uid, default: 0] - held.pidfds.count
-        heldStopsByUser[held.uid] = owners > 0 ? owners : nil
         return held.pidfds
     }
 
@@ -757,21 +751,19 @@ final class Enforcer {
         let before = takeTrackedStats(app)
         var kept: [Int32: TrackedStat] = [:]
         let room = Self.heldDescriptorRoom
-        let owners = trackedStatsByUser[uid, default: 0]
         let files = members.map { pidfd -> FileDescriptor? in
             if let held = before[pidfd.pid], held.inode == pidfd.inode, held.startTime == pidfd.startTime {
                 kept[pidfd.pid] = held
                 return held.file
             }
-            guard trackedStatCount + kept.count < heldStopLimits.all, owners + kept.count < heldStopLimits.perUser,
+            guard trackedStatBudget.allows(kept.count + 1, for: uid, within: heldStopLimits),
                   let file = pidfd.openStat(), file.rawValue < room else { return nil }
             kept[pidfd.pid] = TrackedStat(inode: pidfd.inode, startTime: pidfd.startTime, file: file)
             return file
         }
         if !kept.isEmpty {
             trackedStats[app] = (uid, kept)
-            trackedStatCount += kept.count
-            trackedStatsByUser[uid] = owners + kept.count
+            trackedStatBudget.add(kept.count, for: uid)
         }
         return files
     }
@@ -779,9 +771,7 @@ final class Enforcer {
     /// Takes a tracked app's held stat files out of `trackedStats` (closed when dropped).
     private func takeTrackedStats(_ app: ProcessIdentity) -> [Int32: TrackedStat] {
         guard let (uid, files) = trackedStats.removeValue(forKey: app) else { return [:] }
-        trackedStatCount -= files.count
-        let owners = trackedStatsByUser[uid, default: 0] - files.count
-        trackedStatsByUser[uid] = owners > 0 ? owners : nil
+        trackedStatBudget.remove(files.count, for: uid)
         return files
     }
 
@@ -831,9 +821,33 @@ final class Enforcer {
             stopCheckArmed = false
         } else if !stopCheckArmed {
             let unkept = max(0, signalSuspended.count - heldStops.count - trackedCheckCosts.count)
-            let cost = Self.readCost(processes: heldStopCount, held: heldStatCount) + unkept * Self.unkeptAppCost + trackedCheckCost
+            let cost = Self.readCost(processes: heldStopBudget.total, held: heldStatCount) + unkept * Self.unkeptAppCost + trackedCheckCost
             schedule(.stopCheck, now + Self.stopCheckSpacing(cost: cost))
             stopCheckArmed = true
         }
+    }
+}
+
+/// Things the daemon holds for apps (descriptors), counted in all and by the apps' owner, so
+/// that both stay within limits (`Enforcer.heldStopLimits`). The count in all is kept beside
+/// the owners' (summing those at each look would cost a pass over the users).
+struct OwnerBudget {
+    private(set) var total = 0
+    private(set) var byUser: [UInt32: Int] = [:]
+
+    /// Whether `count` more for `uid` stay within `limits`, in all and for that owner.
+    func allows(_ count: Int, for uid: UInt32, within limits: (all: Int, perUser: Int)) -> Bool {
+        total + count <= limits.all && byUser[uid, default: 0] + count <= limits.perUser
+    }
+
+    mutating func add(_ count: Int, for uid: UInt32) {
+        total += count
+        byUser[uid, default: 0] += count
+    }
+
+    mutating func remove(_ count: Int, for uid: UInt32) {
+        total -= count
+        let left = byUser[uid, default: 0] - count
+        byUser[uid] = left > 0 ? left : nil
     }
 }

@@ -116,10 +116,10 @@ extension EnforcerTests {
         rig.enforcer.checkStops(at: now + Enforcer.stopCheckInterval)
         try waitUntil("the first app stopped again") { processState(sleepers[0].pid) == "T" }
         #expect(rig.logged.contains { $0.contains("was resumed while suspended (pid \(sleepers[0].pid)") }, "\(rig.logged)")
-        #expect(rig.enforcer.trackedStatCount == 40)
+        #expect(rig.enforcer.trackedStatBudget.total == 40)
         for app in apps { rig.enforcer.resume(app, uid: 0, at: now) }
         #expect(rig.scheduled.last?.0 == .stopCheck && rig.scheduled.last?.1 == nil)  // disarmed: none suspended
-        #expect(rig.enforcer.trackedStatCount == 0)  // closed with the suspensions
+        #expect(rig.enforcer.trackedStatBudget.total == 0)  // closed with the suspensions
         try waitUntil("every app running") { sleepers.allSatisfy { processState($0.pid) != "T" } }
     }
 
@@ -131,12 +131,12 @@ extension EnforcerTests {
         rig.enforcer.heldStopLimits = (all: 100, perUser: 5)
         let (sleepers, apps, now) = try sweptTrackedSleepers(rig)
         defer { for sleeper in sleepers { sleeper.killTree() } }
-        #expect(rig.enforcer.trackedStatCount == 5)
+        #expect(rig.enforcer.trackedStatBudget.total == 5)
         let spacing = Enforcer.stopCheckSpacing(cost: Enforcer.readCost(processes: 40, held: 5))
         #expect(spacing == Enforcer.stopCheckInterval / 2)
         #expect(rig.scheduled.last?.1 == now + spacing, "\(String(describing: rig.scheduled.last))")
         for app in apps { rig.enforcer.resume(app, uid: 0, at: now) }
-        #expect(rig.enforcer.trackedStatCount == 0)
+        #expect(rig.enforcer.trackedStatBudget.total == 0)
         try waitUntil("every app running") { sleepers.allSatisfy { processState($0.pid) != "T" } }
     }
 
@@ -148,7 +148,7 @@ extension EnforcerTests {
         rig.enforcer.heldStopLimits = (all: 100, perUser: 5)
         let (sleepers, apps, now) = try sweptTrackedSleepers(rig, uid: 65534)
         defer { for sleeper in sleepers { sleeper.killTree() } }
-        #expect(rig.enforcer.trackedStatsByUser[65534] == 5)
+        #expect(rig.enforcer.trackedStatBudget.byUser[65534] == 5)
         let rootSleeper = try Spawned("/bin/sleep", ["1000"])
         defer { rootSleeper.killTree() }
         let rootApp = try rig.app(rootSleeper)
@@ -158,11 +158,11 @@ extension EnforcerTests {
         // Sweeps until root's app has been looked at (a sweep of 41 apps, most read by path,
         // takes two wake-ups).
         for second in 1...4 { rig.enforcer.checkStops(at: now + Int64(second) * 1_000_000_000) }
-        #expect(rig.enforcer.trackedStatsByUser[0] == 1)
-        #expect(rig.enforcer.trackedStatsByUser[65534] == 5)
+        #expect(rig.enforcer.trackedStatBudget.byUser[0] == 1)
+        #expect(rig.enforcer.trackedStatBudget.byUser[65534] == 5)
         rig.enforcer.resume(rootApp, uid: 0, at: now)
         for app in apps { rig.enforcer.resume(app, uid: 65534, at: now) }
-        #expect(rig.enforcer.trackedStatCount == 0)
+        #expect(rig.enforcer.trackedStatBudget.total == 0)
         try waitUntil("every app running") { (sleepers + [rootSleeper]).allSatisfy { processState($0.pid) != "T" } }
     }
 
