@@ -15,7 +15,11 @@ extension Enforcer {
     /// The app's cgroup — a unit app's unit; a process app's cgroup if every process in it
     /// (and below it) belongs to the app and every process of the app is in it — if (for an
     /// unprivileged owner) it is delegated to the owner: what the owner could freeze itself.
-    func ownCgroup(of app: ProcessIdentity, uid: UInt32, tree: [Pidfd], at now: Int64?) -> Result<Cgroup, NotOwn> {
+    /// `tree`, the app's processes, is asked for only once the cgroup could be the app's
+    /// (not the root, delegated, not the daemon's): a cgroup that cannot be costs no walk (a
+    /// session of 200 windows in a service not delegated to its user walked each app twice
+    /// at its first suspension in `auto`, and again at each one `sharedCgroupRecheck` later).
+    func ownCgroup(of app: ProcessIdentity, uid: UInt32, tree: () -> [Pidfd], at now: Int64?) -> Result<Cgroup, NotOwn> {
         guard Cgroup.mountPoint != nil, let cgroup = unit(app) ?? Cgroup.of(pid: app.pid) else {
             return .failure(.reason("no cgroup v2 hierarchy"))
         }
@@ -29,7 +33,7 @@ extension Enforcer {
             return .failure(.reason("it shares \(cgroup.directory) with bgtaskd"))
         }
         if unit(app) != nil { return .success(cgroup) }  // the unit is the app, whatever is in it
-        let tree = Set(tree.map(\.pid))
+        let tree = Set(tree().map(\.pid))
         // A shared cgroup (a session's: hundreds of processes) is told by its first stranger,
         // not by the list of all of them (`Cgroup.firstProcess`); without one, every member
         // was looked at. The cgroups below are the owner's to make: a look goes into at most

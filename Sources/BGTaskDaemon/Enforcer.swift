@@ -223,16 +223,17 @@ final class Enforcer {
         // and thawed when that exit is read (`forget`; its pidfd polls readable until then).
         // A poll of the pidfd here was a second one per `SetAppState` (`watchedApp` polls it).
         if let unit = unit(app), mode != .signal || ((try? unit.descendantCount()) ?? 0) >= Self.cgroupsPerLook,
-           root(app) != nil, case let .success(cgroup) = ownCgroup(of: app, uid: uid, tree: [], at: now) {
+           root(app) != nil, case let .success(cgroup) = ownCgroup(of: app, uid: uid, tree: { [] }, at: now) {
             if mode == .signal {
                 log(.notice, "App \(app) (\(command)) has more than \(Self.cgroupsPerLook - 1) cgroups below \(cgroup.directory); frozen instead of stopped with SIGSTOP")
             }
             return freeze(app, uid: uid, command: command, cgroup: cgroup, at: now)
         }
         if mode == .freezer || (mode == .auto && (sharedCgroupUntil[app] ?? .min) <= now) {
-            let tree = members(of: app, uid: uid)
-            guard !tree.isEmpty else { return }  // gone: its pidfd reports the exit
-            switch ownCgroup(of: app, uid: uid, tree: tree, at: now) {
+            var walked: [Pidfd]?
+            let own = ownCgroup(of: app, uid: uid, tree: { walked = members(of: app, uid: uid); return walked ?? [] }, at: now)
+            if walked?.isEmpty == true { return }  // gone: its pidfd reports the exit
+            switch own {
             case let .success(cgroup):
                 sharedCgroupUntil[app] = nil
                 return freeze(app, uid: uid, command: command, cgroup: cgroup, at: now)
@@ -289,7 +290,7 @@ final class Enforcer {
         defer { reportExcluded(app, command: command, action: "terminated") }
         let held = takeHeldStops(app)
         let whole = suspended[app].flatMap { if case let .freezer(c) = $0.method { c } else { nil } }
-            ?? (unit(app) == nil ? nil : try? ownCgroup(of: app, uid: uid, tree: [], at: now).get())
+            ?? (unit(app) == nil ? nil : try? ownCgroup(of: app, uid: uid, tree: { [] }, at: now).get())
         note(app, nil, at: now)
         _ = takePendingFreeze(of: app)
         if let whole {
@@ -299,7 +300,7 @@ final class Enforcer {
         // Stop the whole tree first so nothing forks its way out, then thaw and signal.
         let tree = stopTree(app, uid: uid)
         let cgroup = whole ?? (signal == Signal.kill || tree.isEmpty || (sharedCgroupUntil[app] ?? .min) > now ? nil
-            : try? ownCgroup(of: app, uid: uid, tree: tree, at: now).get())
+            : try? ownCgroup(of: app, uid: uid, tree: { tree }, at: now).get())
         // A frozen process app's cgroup may hold processes that left its tree (a daemonized
         // child); a unit's are its walk's already.
         var known = Set(tree.map(\.pid))
@@ -356,7 +357,7 @@ final class Enforcer {
             return false
         }
         if stat.state == "T" { return true }
-        guard let cgroup = try? ownCgroup(of: app, uid: uid, tree: members(of: app, uid: uid), at: nil).get() else { return false }
+        guard let cgroup = try? ownCgroup(of: app, uid: uid, tree: { members(of: app, uid: uid) }, at: nil).get() else { return false }
         return (try? cgroup.isFrozen()) == true
     }
 

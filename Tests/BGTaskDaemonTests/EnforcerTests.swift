@@ -292,6 +292,40 @@ import TestSupport
         #expect(rig.enforcer.heldStops.isEmpty)
     }
 
+    /// An unprivileged owner's app in a cgroup not delegated to it (the test's own, root's)
+    /// cannot be frozen, and that is told by the cgroup before the app's processes are
+    /// walked: suspended in `auto`, it is walked once, by the walk that stops it. Counted by
+    /// the kernel (`syscr` of this thread): a suspension in `auto` reads what one with
+    /// signals reads, and the app's `/proc/PID/cgroup`; a walk more read a list of children
+    /// a process more.
+    @Test(.enabled(if: getuid() == 0, "needs root: setpriv to uid 65534"))
+    func anAppInACgroupNotDelegatedToItsOwnerIsWalkedOnce() throws {
+        let rig = try Rig()
+        let shell = try Spawned("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups",
+                                                     "/bin/sh", "-c", "sleep 1000 & echo ready; wait"])
+        defer { shell.killTree() }
+        try shell.expectLine("ready")
+        try waitUntil("its sleep") { processTree(of: shell.pidfd).count == 2 }
+        let app = try rig.app(shell)
+        func reads() throws -> Int { try readCalls("/proc/thread-self/io") }
+        func readsOf(_ body: () -> Void) throws -> Int {
+            let before = try reads()
+            body()
+            return try reads() - before
+        }
+        let overhead = try readsOf {}  // what a look at /proc/thread-self/io reads itself
+        let look = try readsOf { _ = Cgroup.of(pid: shell.pid) } - overhead
+        let signals = try readsOf { rig.enforcer.suspend(app, uid: 65534, command: "sh", mode: .signal, at: 0) } - overhead
+        try waitUntil("both stopped") { processTree(of: shell.pidfd).allSatisfy { $0.state == "T" } }
+        rig.enforcer.resume(app, uid: 65534, at: 1)
+        try waitUntil("both running") { processTree(of: shell.pidfd).allSatisfy { $0.state != "T" } }
+        let auto = try readsOf { rig.enforcer.suspend(app, uid: 65534, command: "sh", mode: .auto, at: 2) } - overhead
+        try waitUntil("both stopped again") { processTree(of: shell.pidfd).allSatisfy { $0.state == "T" } }
+        #expect(rig.enforcer.suspended[app]?.method == .signals)
+        #expect(signals >= 2 && auto <= signals + look, "auto read \(auto), signals \(signals), the cgroup file \(look)")
+        rig.enforcer.resume(app, uid: 65534, at: 3)
+    }
+
     /// The check's pace: a sweep of every signal-suspended app each `stopCheckInterval`, in
     /// wake-ups whose reads cost about `stopCheckBudget`, at most one every 10 ms.
     @Test func theStrayCheckPacesItsWakeUpsByTheProcessesToRead() {
