@@ -134,14 +134,14 @@ public enum ProcessTree {
     /// A process of one thread (most are) has one list, `/proc/PID/task/PID/children`, opened
     /// by its path once a `stat` of `/proc/PID/task` has counted the threads (its link count
     /// is 2 + the threads, `proc_task_getattr`): two system calls fewer than the directory's
-    /// open, read and close, 4 of a walked app's 21 of foot and its shell (a suspension of
-    /// uid 65534's walked apps of two processes cost the daemon 51–52 µs of CPU, not 59–61,
-    /// the fastest of 30 bursts of 200, in turns). The count holds
-    /// for a member the walk has stopped (`visit`): a process with a stop pending starts no
-    /// thread, as it forks no child (`copy_process` fails on a pending signal and is
-    /// restarted once it is continued), and the children of a thread that exited are its
-    /// group's remaining thread's. Unvisited, the walk is a look at one moment either way: a
-    /// thread started after the directory was read went unseen as well.
+    /// open, read and close, 4 of a walked app's 21 for foot and its shell (a suspension of
+    /// uid 65534's walked apps of two processes cost the daemon 51–52 µs of CPU, not 59–61:
+    /// the fastest of 30 bursts of 200, in turns). The count holds for a member the walk has
+    /// stopped (`visit`): a process with a stop pending starts no thread, as it forks no
+    /// child (`copy_process` fails on a pending signal and is restarted once it is
+    /// continued), and the children of a thread that exited are its group's remaining
+    /// thread's. Unvisited, the walk is a look at one moment either way: a thread started
+    /// after the directory was read went unseen as well.
     ///
     /// Otherwise `/proc/PID/task` is held while its threads' lists are opened through it
     /// (`openat` of `TID/children`: a lookup of two names, not of five, each checking the
@@ -217,8 +217,8 @@ public enum ProcessTree {
     /// reads at most: a walk's memory stays bounded whatever a process forks.
     static let maximumListBytes = 1 << 20
 
-    /// A path of at most 63 bytes built in place (`/proc/PID/task/PID/children` and its pieces), NUL
-    /// ended, for `body`.
+    /// A path of at most 63 bytes built in place (`/proc/PID/task/PID/children` and its
+    /// pieces), NUL ended, for `body`.
     private struct PathBuilder {
         let bytes: UnsafeMutableBufferPointer<CChar>
         var count = 0
