@@ -82,7 +82,7 @@ bench: release
 	.build/release/bgtaskd-bench --json bench-results.json
 	@# The session agent's figures (sway and foot as uid 65534; needs root).
 	if [ "$$(id -u)" = 0 ] && command -v sway >/dev/null; then scripts/bench-session bench-session.json; fi
-	if [ "$$(id -u)" = 0 ] && command -v sway >/dev/null && command -v systemd-nspawn >/dev/null; then scripts/bench-lock bench-lock.json; fi
+	if [ "$$(id -u)" = 0 ] && command -v sway >/dev/null && command -v systemd-nspawn >/dev/null; then scripts/bench-lock bench-lock.json; BENCH_LOCK_TRACKED=1 scripts/bench-lock bench-lock-tracked.json; fi
 	scripts/bench-readme
 
 # The release build is for the systemd tests, which install it into a container. Then the
