@@ -122,24 +122,27 @@ extension BackgroundModel {
             timers.insert(.warning(app, epoch: record.epoch), at: max(now, deadline - settings.expirationWarning))
             timers.insert(.deadline(app, epoch: record.epoch), at: deadline)
         }
-        // One string grown in place: pieces joined by `+` and interpolation were eight
-        // appends of their own, a quarter of an app's way to the background (callgrind).
-        var message = "entered the background with "
-        message.reserveCapacity(96 + cause.utf8.count)
-        if exempt {
-            message += "no time limit (exempt by "
-            message += record.policy!.name
-            message += ")"
-        } else {
-            message += ConfigurationValue.formatTimeSpan(record.deadline! - now)
-            message += " of background time"
-            if let quotaLeft {
-                message += " ("
-                message += ConfigurationValue.formatTimeSpan(quotaLeft)
-                message += " of its daily quota left)"
+        // One string written in place (`TextAssembly`): pieces joined by `+` and
+        // interpolation were eight appends of their own, a quarter of an app's way to the
+        // background (callgrind).
+        let policyName = exempt ? record.policy!.name : ""
+        let message = String(capacity: 192 + policyName.utf8.count + cause.utf8.count) { message in
+            message.append("entered the background with ")
+            if exempt {
+                message.append("no time limit (exempt by ")
+                message.append(policyName)
+                message.append(")")
+            } else {
+                message.append(timeSpan: record.deadline! - now)
+                message.append(" of background time")
+                if let quotaLeft {
+                    message.append(" (")
+                    message.append(timeSpan: quotaLeft)
+                    message.append(" of its daily quota left)")
+                }
             }
+            message.append(cause)
         }
-        message += cause
         effects.append(.log(.app(.appBackgrounded, .info, app, uid: record.uid, command: record.command, message)))
         if record.subscribers > 0 {
             record.transitionDeadline = now + settings.transitionTimeout
@@ -204,9 +207,11 @@ extension BackgroundModel {
             tasks[id] = task
             expiring.append(id)
             reportChange(of: task, at: now, effects: &effects)
-            var text = "expires in "
-            text += ConfigurationValue.formatTimeSpan(left)
-            if !task.expirationHandler { text += "; it has no expiration handler" }
+            let text = String(capacity: 96) { text in
+                text.append("expires in ")
+                text.append(timeSpan: left)
+                if !task.expirationHandler { text.append("; it has no expiration handler") }
+            }
             effects.append(.log(.task(.taskWarned, task.expirationHandler ? .info : .warning, id, name: task.name, app: app, uid: task.uid,
                                       command: record.command, text)))
         }

@@ -75,27 +75,8 @@ public enum ConfigurationValue {
 
     /// Prints a span the way systemd does: `30s`, `500ms`, `1min 5s`.
     public static func formatTimeSpan(_ span: Duration) -> String {
-        var ns = span.nanoseconds
-        if ns == 0 { return "0" }
-        // One string grown in place (an array of parts joined cost ~1,900 instructions a
-        // span: every app entering the background logs one).
-        var text = ""
-        func part(_ value: Int64, _ unit: StaticString) {
-            if !text.isEmpty { text.append(" ") }
-            text.append(String(value))
-            text.append(unit.description)
-        }
-        for (unit, size) in timeSpanUnits where ns >= size {
-            part(ns / size, unit)
-            ns %= size
-        }
-        if ns > 0 { part(ns, "ns") }
-        return text
+        String(capacity: 40) { $0.append(timeSpan: span) }
     }
-
-    private static let timeSpanUnits: [(StaticString, Int64)] = [
-        ("d", 86_400_000_000_000), ("h", 3_600_000_000_000), ("min", 60_000_000_000), ("s", 1_000_000_000), ("ms", 1_000_000), ("us", 1_000),
-    ]
 
     /// Parses a size in bytes: `65536`, `64K`, `1M`, `1G` (binary multiples, optional `B`/`iB`).
     public static func parseSize(_ text: String) -> Int? {

@@ -101,15 +101,16 @@ extension LogEntry {
     /// A record about an app: "App pid 1234 (upload) `text`".
     static func app(_ kind: LogKind, _ priority: Priority, _ app: ProcessIdentity, uid: UInt32, command: String, _ text: String,
                     reason: ActionReason? = nil) -> LogEntry {
-        // Grown in one string: an interpolation of interpolations allocated at each step, and
-        // every app backgrounded, warned or suspended logs one (callgrind).
-        var message = "App pid "
-        message.reserveCapacity(24 + command.utf8.count + text.utf8.count)
-        message += String(app.pid)
-        message += " ("
-        message += command
-        message += ") "
-        message += text
+        // Written in one string (`TextAssembly`): every app backgrounded, warned or suspended
+        // logs one.
+        let message = String(capacity: 32 + command.utf8.count + text.utf8.count) { message in
+            message.append("App pid ")
+            message.append(decimal: Int64(app.pid))
+            message.append(" (")
+            message.append(command)
+            message.append(") ")
+            message.append(text)
+        }
         return LogEntry(priority: priority, kind: kind, message: message, app: app,
                         command: command, reason: reason?.rawValue, uid: uid)
     }
@@ -117,15 +118,16 @@ extension LogEntry {
     /// A record about a task: "Task 42 (upload) of pid 1234 `text`".
     static func task(_ kind: LogKind, _ priority: Priority, _ id: TaskID, name: String, app: ProcessIdentity, uid: UInt32,
                      command: String?, _ text: String, reason: TaskReason? = nil) -> LogEntry {
-        var message = "Task "
-        message.reserveCapacity(40 + name.utf8.count + text.utf8.count)
-        message += String(id)
-        message += " ("
-        message += name
-        message += ") of pid "
-        message += String(app.pid)
-        message += " "
-        message += text
+        let message = String(capacity: 64 + name.utf8.count + text.utf8.count) { message in
+            message.append("Task ")
+            message.append(decimal: Int64(id))
+            message.append(" (")
+            message.append(name)
+            message.append(") of pid ")
+            message.append(decimal: Int64(app.pid))
+            message.append(" ")
+            message.append(text)
+        }
         return LogEntry(priority: priority, kind: kind, message: message, app: app,
                         command: command, taskID: id, taskName: name, reason: reason?.rawValue, uid: uid)
     }

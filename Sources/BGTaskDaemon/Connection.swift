@@ -197,8 +197,8 @@ final class Connection {
     /// Queues the next slice of the listing being sent, if the peer has read the last one.
     func continueListing() {
         guard let listing, pendingOutputBytes < Self.outputLowWater else { return }
-        var slice: [UInt8] = []
-        if listing.produce(into: &slice) { self.listing = nil }
+        let (slice, done) = listing.produce()
+        if done { self.listing = nil }
         enqueue(slice)
     }
 
@@ -351,10 +351,10 @@ final class ListingReply {
     private var prefix: [UInt8]?
     private let count: Int
     private var next = 0
-    private let write: (Int, inout [UInt8]) -> Void
+    private let write: (Int, ByteBuffer) -> Void
 
-    /// `{"parameters":{"<key>":[items...]}}`, item `i` written by `write(i, &output)`.
-    init(key: String, count: Int, write: @escaping (Int, inout [UInt8]) -> Void) {
+    /// `{"parameters":{"<key>":[items...]}}`, item `i` written by `write(i, output)`.
+    init(key: String, count: Int, write: @escaping (Int, ByteBuffer) -> Void) {
         var prefix = Array("{\"parameters\":{".utf8)
         JSON.string(key).write(to: &prefix)
         prefix += Array(":[".utf8)
@@ -365,24 +365,28 @@ final class ListingReply {
 
     /// The same, item `i` being `encode(i)`.
     convenience init(key: String, count: Int, encode: @escaping (Int) -> JSON) {
-        self.init(key: key, count: count) { index, output in encode(index).write(to: &output) }
+        self.init(key: key, count: count) { index, output in output.appendJSON(encode(index)) }
     }
 
-    /// Appends the next slice; returns true when the reply is complete (NUL included).
-    func produce(into output: inout [UInt8]) -> Bool {
+    /// The next slice, and whether the reply is complete with it (NUL included).
+    func produce() -> (slice: [UInt8], done: Bool) {
+        // Written in a buffer of its own, given back once copied out: a listing waiting for a
+        // slow reader holds only the chunk queued.
+        let output = ByteBuffer(capacity: 4096)
         if let prefix {
-            output += prefix
+            output.append(contentsOf: prefix)
             self.prefix = nil
         }
         let end = min(count, next + Self.sliceSize)
         while next < end {
             if next > 0 { output.append(UInt8(ascii: ",")) }
-            write(next, &output)
+            write(next, output)
             next += 1
         }
-        guard next == count else { return false }
-        output += Array("]}}".utf8)
-        output.append(0)
-        return true
+        if next == count {
+            output.append("]}}")
+            output.append(0)
+        }
+        return (output.bytes(from: 0), next == count)
     }
 }

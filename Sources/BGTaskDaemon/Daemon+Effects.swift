@@ -25,10 +25,10 @@ extension Daemon {
             case let .lifecycle(app, uid, event):
                 if let ids = subscribers[app] {
                     // Encoded once, its bytes shared by every subscriber's queue.
-                    let frame = Wire.eventFrame(event)
+                    let frame = Wire.eventFrame(event, using: frameBuffer)
                     for id in ids { if let connection = connections[id] { send(shared: frame, to: connection) } }
                 }
-                broadcast(uid: uid) { Wire.eventFrame(event, pid: app.pid) }
+                broadcast(uid: uid) { Wire.eventFrame(event, pid: app.pid, using: frameBuffer) }
             case let .taskChanged(task):
                 if task.state != .pending, let id = taskStreams[task.id], let connection = connections[id] {
                     let ended = !task.state.isActive
@@ -37,7 +37,7 @@ extension Daemon {
                     if ended, !connection.isClosed { endStream(of: connection) }
                 }
                 if !monitors.isEmpty {
-                    broadcast(uid: task.uid) { Wire.monitorFrame(task) }
+                    broadcast(uid: task.uid) { Wire.monitorFrame(task, using: frameBuffer) }
                 }
             case let .act(record, signal):
                 writeOnce()
@@ -51,7 +51,7 @@ extension Daemon {
                 history.append(entry)
                 stateFile.record(entry)
                 if !monitors.isEmpty {
-                    broadcast(uid: record.uid) { Wire.monitorFrame(entry) }
+                    broadcast(uid: record.uid) { Wire.monitorFrame(entry, using: frameBuffer) }
                 }
             case let .kill(process, uid):
                 writeOnce()

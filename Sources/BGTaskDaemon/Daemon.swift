@@ -90,6 +90,10 @@ public final class Daemon {
     /// Where every connection's bytes are read into, then handed to its framer: one buffer
     /// for the daemon's life, not an array per read.
     let readBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: Connection.readSize, alignment: 16)
+    /// Where each event frame is written before it is copied out to be shared (`Wire`):
+    /// one buffer for the daemon's life, as large as the largest frame yet (a history entry
+    /// naming an app's tasks, bounded by `MaxTasksPerApp`).
+    let frameBuffer = ByteBuffer(capacity: 1024)
     /// The connections `commit` is writing out: `touched` as it began, swapped in.
     var committing: [Connection] = []
     /// What each user's connections share (`UserAccount`), while it has any.

@@ -23,14 +23,14 @@ extension Daemon {
                 app = try managedApp(target, by: connection, register: false, at: now, effects: &effects)
             }
             let tasks = model.listTasks(of: app, ownedBy: visibleUID(connection), at: now)
-            return .listing(ListingReply(key: "tasks", count: tasks.count) { Wire.writeTask(tasks[$0], to: &$1) })
+            return .listing(ListingReply(key: "tasks", count: tasks.count) { Wire.writeTask(tasks[$0], to: $1) })
         case .getStatus:
             _ = try Parameters(call.parameters, allowed: [])
             return .reply(VarlinkReply(parameters: status(for: connection)))
         case .getHistory:
             _ = try Parameters(call.parameters, allowed: [])
             let entries = history.entries(ownedBy: visibleUID(connection))
-            return .listing(ListingReply(key: "entries", count: entries.count) { Wire.writeHistoryEntry(entries[$0], to: &$1) })
+            return .listing(ListingReply(key: "entries", count: entries.count) { Wire.writeHistoryEntry(entries[$0], to: $1) })
         case .monitor:
             _ = try Parameters(call.parameters, allowed: [])
             guard call.more else { throw VarlinkError.expectedMore }

@@ -294,16 +294,16 @@ final class StateFile {
         let start = pending.count
         func string(_ value: String) { pending.appendString(value) }
         raw("{\"app\":{\"command\":"); string(app.command)
-        raw(",\"containment\":"); string(app.containment.rawValue)
+        raw(",\"containment\":"); raw(app.containment.quoted)
         if let deadline = app.deadline { raw(",\"deadline\":"); number(deadline.nanoseconds) }
         if let since = app.holdingSince { raw(",\"holdingSince\":"); number(since.nanoseconds) }
         if app.identity.inode != 0 { raw(",\"ino\":"); number(Int64(bitPattern: app.identity.inode)) }
-        if let phase = app.phase { raw(",\"phase\":"); string(phase.rawValue) }
+        if let phase = app.phase { raw(",\"phase\":"); raw(phase.quoted) }
         raw(",\"pid\":"); number(Int64(app.identity.pid))
         if let key = app.quotaKey { raw(",\"quotaKey\":"); string(key) }
         if let key = app.requestKey { raw(",\"requestKey\":"); string(key) }
         raw(",\"start\":"); number(Int64(bitPattern: app.identity.startTime))
-        raw(",\"state\":"); string(app.state.rawValue)
+        raw(",\"state\":"); raw(app.state.quoted)
         if let deadline = app.transitionDeadline { raw(",\"transitionDeadline\":"); number(deadline.nanoseconds) }
         raw(",\"uid\":"); number(Int64(app.uid))
         if let unit = app.unit { raw(",\"unit\":"); string(unit) }

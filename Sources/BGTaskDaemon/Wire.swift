@@ -35,21 +35,23 @@ enum Wire {
 
     /// Appends `task(_:)`'s text, keys in the order `JSON.writeObject` sorts them, without
     /// building it: a listing writes 100,000 of these, and the dictionary, its sorted copy
-    /// and their releases were three quarters of `ListTasks`' time (`perf`). Debug builds,
-    /// which the tests run, check every one against the general encoding.
-    static func writeTask(_ task: TaskSnapshot, to out: inout [UInt8]) {
+    /// and their releases were three quarters of `ListTasks`' time (`perf`). Into a
+    /// `ByteBuffer`: an `Array` append of a few bytes cost ~90 instructions, 14 a task
+    /// (callgrind). Debug builds, which the tests run, check every one against the general
+    /// encoding.
+    static func writeTask(_ task: TaskSnapshot, to out: ByteBuffer) {
         let start = out.count
-        out.appendRaw("{\"age\":"); seconds(task.age).write(to: &out)
-        out.appendRaw(",\"appPid\":"); JSON.writeInteger(Int64(task.app.pid), to: &out)
-        out.appendRaw(task.expirationHandler ? ",\"expirationHandler\":true,\"id\":" : ",\"expirationHandler\":false,\"id\":")
-        JSON.writeInteger(Int64(task.id), to: &out)
-        out.appendRaw(",\"name\":"); JSON.writeString(task.name, to: &out)
-        out.appendRaw(",\"pid\":"); JSON.writeInteger(Int64(task.owner.pid), to: &out)
-        if let reason = task.reason { out.appendRaw(",\"reason\":"); JSON.writeString(reason.rawValue, to: &out) }
-        out.appendRaw(",\"state\":"); JSON.writeString(task.state.rawValue, to: &out)
-        out.appendRaw(",\"uid\":"); JSON.writeInteger(Int64(task.uid), to: &out)
-        out.appendRaw("}")
-        assert(Array(out[start...]) == Array(Wire.task(task).serialized.utf8), "Wire.writeTask differs from Wire.task")
+        out.append("{\"age\":"); out.appendJSON(seconds(task.age))
+        out.append(",\"appPid\":"); out.appendInteger(Int64(task.app.pid))
+        out.append(task.expirationHandler ? ",\"expirationHandler\":true,\"id\":" : ",\"expirationHandler\":false,\"id\":")
+        out.appendInteger(Int64(task.id))
+        out.append(",\"name\":"); out.appendString(task.name)
+        out.append(",\"pid\":"); out.appendInteger(Int64(task.owner.pid))
+        if let reason = task.reason { out.append(",\"reason\":"); out.appendString(reason.rawValue) }
+        out.append(",\"state\":"); out.append(task.state.quoted)
+        out.append(",\"uid\":"); out.appendInteger(Int64(task.uid))
+        out.append("}")
+        assert(out.bytes(from: start) == Array(Wire.task(task).serialized.utf8), "Wire.writeTask differs from Wire.task")
     }
 
     /// `GetTimeRemaining`'s reply.
@@ -100,47 +102,47 @@ enum Wire {
     /// a monitor, written directly, keys sorted: every app backgrounded, every task granted
     /// and every warning is one per subscriber and one per monitor. A woken or launched app's
     /// event (a payload to re-serialize) is built as `event(_:)`. Checked against it in debug
-    /// builds.
-    static func eventFrame(_ event: LifecycleEvent, pid: Int32? = nil) -> [UInt8] {
+    /// builds. Written in `out` (emptied first: the daemon's one scratch buffer), copied out
+    /// once.
+    static func eventFrame(_ event: LifecycleEvent, pid: Int32? = nil, using out: ByteBuffer = ByteBuffer(capacity: 256)) -> [UInt8] {
         func reference() -> [UInt8] {
             var parameters = Wire.event(event)
             if let pid { parameters["pid"] = .int(Int64(pid)) }
             return VarlinkReply(parameters: parameters, continues: true).frame
         }
-        var out: [UInt8] = []
-        out.reserveCapacity(128)
-        out.appendRaw(#"{"continues":true,"parameters":{"#)
+        out.removeAll()
+        out.append(#"{"continues":true,"parameters":{"#)
         func name(_ text: StaticString) {
-            out.appendRaw(#""event":"#)
-            out.appendRaw(text)
-            if let pid { out.appendRaw(#","pid":"#); JSON.writeInteger(Int64(pid), to: &out) }
+            out.append(#""event":"#)
+            out.append(text)
+            if let pid { out.append(#","pid":"#); out.appendInteger(Int64(pid)) }
         }
         func ids(_ ids: [TaskID]) {
-            out.appendRaw(#","taskIds":["#)
+            out.append(#","taskIds":["#)
             for (index, id) in ids.enumerated() {
-                if index > 0 { out.appendRaw(",") }
-                JSON.writeInteger(Int64(id), to: &out)
+                if index > 0 { out.append(UInt8(ascii: ",")) }
+                out.appendInteger(Int64(id))
             }
-            out.appendRaw("]")
+            out.append(UInt8(ascii: "]"))
         }
         switch event {
         case let .didEnterBackground(transitionTimeout, remaining):
-            out.appendRaw(#""backgroundTimeRemaining":"#); seconds(remaining).write(to: &out)
-            out.appendRaw(",")
+            out.append(#""backgroundTimeRemaining":"#); out.appendJSON(seconds(remaining))
+            out.append(",")
             name(#""didEnterBackground""#)
-            out.appendRaw(#","transitionTimeout":"#); seconds(transitionTimeout).write(to: &out)
+            out.append(#","transitionTimeout":"#); out.appendJSON(seconds(transitionTimeout))
         case .willEnterForeground:
             name(#""willEnterForeground""#)
         case let .taskGranted(id):
             name(#""taskGranted""#)
-            out.appendRaw(#","taskId":"#); JSON.writeInteger(Int64(id), to: &out)
+            out.append(#","taskId":"#); out.appendInteger(Int64(id))
         case let .taskDenied(id, reason):
             name(#""taskDenied""#)
-            out.appendRaw(#","reason":"#); JSON.writeString(reason.rawValue, to: &out)
-            out.appendRaw(#","taskId":"#); JSON.writeInteger(Int64(id), to: &out)
+            out.append(#","reason":"#); out.appendString(reason.rawValue)
+            out.append(#","taskId":"#); out.appendInteger(Int64(id))
         case let .taskExpiring(taskIDs, remaining):
-            out.appendRaw(#""backgroundTimeRemaining":"#); seconds(remaining).write(to: &out)
-            out.appendRaw(",")
+            out.append(#""backgroundTimeRemaining":"#); out.appendJSON(seconds(remaining))
+            out.append(",")
             name(#""taskExpiring""#)
             ids(taskIDs)
         case let .taskExpired(taskIDs):
@@ -149,9 +151,11 @@ enum Wire {
         case .didWake, .launchTask:
             return reference()
         }
-        out.appendRaw("}}\0")
-        assert(out == reference(), "Wire.eventFrame differs from Wire.event")
-        return out
+        out.append("}}")
+        out.append(0)
+        let frame = out.bytes(from: 0)
+        assert(frame == reference(), "Wire.eventFrame differs from Wire.event")
+        return frame
     }
 
     /// A request as its app sees it (`GetPendingTaskRequests`): its date from now.
@@ -176,50 +180,52 @@ enum Wire {
 
     /// Appends `historyEntry(_:)`'s text, keys sorted, without building it (every action is
     /// one, for `GetHistory` and for each monitor); checked against it in debug builds.
-    static func writeHistoryEntry(_ entry: HistoryEntry, to out: inout [UInt8]) {
+    static func writeHistoryEntry(_ entry: HistoryEntry, to out: ByteBuffer) {
         let start = out.count
         let record = entry.record
-        out.appendRaw("{\"action\":"); JSON.writeString(record.action.rawValue, to: &out)
-        out.appendRaw(",\"command\":"); JSON.writeString(record.command, to: &out)
-        out.appendRaw(",\"detail\":"); if let detail = record.detail { JSON.writeString(detail, to: &out) } else { out.appendRaw("null") }
-        out.appendRaw(",\"pid\":"); JSON.writeInteger(Int64(record.app.pid), to: &out)
-        out.appendRaw(",\"reason\":"); JSON.writeString(record.reason.rawValue, to: &out)
-        out.appendRaw(",\"tasks\":[")
+        out.append("{\"action\":"); out.appendString(record.action.rawValue)
+        out.append(",\"command\":"); out.appendString(record.command)
+        out.append(",\"detail\":"); if let detail = record.detail { out.appendString(detail) } else { out.append("null") }
+        out.append(",\"pid\":"); out.appendInteger(Int64(record.app.pid))
+        out.append(",\"reason\":"); out.appendString(record.reason.rawValue)
+        out.append(",\"tasks\":[")
         for (index, name) in record.taskNames.enumerated() {
-            if index > 0 { out.appendRaw(",") }
-            JSON.writeString(name, to: &out)
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            out.appendString(name)
         }
-        out.appendRaw("],\"time\":"); JSON.writeString(Host.rfc3339(entry.realtimeNanoseconds), to: &out)
-        out.appendRaw(",\"uid\":"); JSON.writeInteger(Int64(record.uid), to: &out)
-        out.appendRaw("}")
-        assert(Array(out[start...]) == Array(Wire.historyEntry(entry).serialized.utf8), "Wire.writeHistoryEntry differs from Wire.historyEntry")
+        out.append("],\"time\":"); out.appendString(Host.rfc3339(entry.realtimeNanoseconds))
+        out.append(",\"uid\":"); out.appendInteger(Int64(record.uid))
+        out.append("}")
+        assert(out.bytes(from: start) == Array(Wire.historyEntry(entry).serialized.utf8), "Wire.writeHistoryEntry differs from Wire.historyEntry")
     }
 
     /// A monitor's event frame (NUL included) for a task's change, or an action's history
     /// entry: `{"continues":true,"parameters":{"event":…,"task"|"entry":…}}`, written
-    /// directly (a burst sends one or two per app); checked against the general reply in
-    /// debug builds.
-    static func monitorFrame(_ task: TaskSnapshot) -> [UInt8] {
-        var out: [UInt8] = []
-        out.reserveCapacity(256)  // at its size at once: grown from the literal's, it was copied three times
-        out.appendRaw(#"{"continues":true,"parameters":{"event":"taskChanged","task":"#)
-        writeTask(task, to: &out)
-        out += [UInt8(ascii: "}"), UInt8(ascii: "}"), 0]
-        assert(out == VarlinkReply(parameters: ["event": .string("taskChanged"), "task": Wire.task(task)], continues: true).frame)
-        return out
+    /// directly in `out` (emptied first), as `eventFrame` is (a burst sends one or two per
+    /// app); checked against the general reply in debug builds.
+    static func monitorFrame(_ task: TaskSnapshot, using out: ByteBuffer = ByteBuffer(capacity: 256)) -> [UInt8] {
+        out.removeAll()
+        out.append(#"{"continues":true,"parameters":{"event":"taskChanged","task":"#)
+        writeTask(task, to: out)
+        out.append("}}")
+        out.append(0)
+        let frame = out.bytes(from: 0)
+        assert(frame == VarlinkReply(parameters: ["event": .string("taskChanged"), "task": Wire.task(task)], continues: true).frame)
+        return frame
     }
 
-    static func monitorFrame(_ entry: HistoryEntry) -> [UInt8] {
-        var out: [UInt8] = []
-        out.reserveCapacity(256 + entry.record.command.utf8.count + entry.record.taskNames.reduce(0) { $0 + $1.utf8.count + 3 })
-        out.appendRaw(#"{"continues":true,"parameters":{"entry":"#)
-        writeHistoryEntry(entry, to: &out)
-        out += Array(#","event":"#.utf8)
-        JSON.writeString(entry.record.action.rawValue, to: &out)
-        out += [UInt8(ascii: "}"), UInt8(ascii: "}"), 0]
-        assert(out == VarlinkReply(parameters: ["event": .string(entry.record.action.rawValue), "entry": Wire.historyEntry(entry)],
-                                   continues: true).frame)
-        return out
+    static func monitorFrame(_ entry: HistoryEntry, using out: ByteBuffer = ByteBuffer(capacity: 256)) -> [UInt8] {
+        out.removeAll()
+        out.append(#"{"continues":true,"parameters":{"entry":"#)
+        writeHistoryEntry(entry, to: out)
+        out.append(#","event":"#)
+        out.appendString(entry.record.action.rawValue)
+        out.append("}}")
+        out.append(0)
+        let frame = out.bytes(from: 0)
+        assert(frame == VarlinkReply(parameters: ["event": .string(entry.record.action.rawValue), "entry": Wire.historyEntry(entry)],
+                                     continues: true).frame)
+        return frame
     }
 
     static func historyEntry(_ entry: HistoryEntry) -> JSON {
@@ -325,6 +331,42 @@ extension TaskState {
     }
 }
 
+extension AppState {
+    /// The state as JSON text, as `TaskState.quoted` (the state log's app line).
+    var quoted: StaticString {
+        switch self {
+        case .foreground: #""foreground""#
+        case .background: #""background""#
+        case .suspended: #""suspended""#
+        case .terminated: #""terminated""#
+        }
+    }
+}
+
+extension BackgroundPhase {
+    /// The phase as JSON text, as `TaskState.quoted`.
+    var quoted: StaticString {
+        switch self {
+        case .transition: #""transition""#
+        case .running: #""running""#
+        case .woken: #""woken""#
+        case .expiring: #""expiring""#
+        }
+    }
+}
+
+extension Containment {
+    /// The containment as JSON text, as `TaskState.quoted`.
+    var quoted: StaticString {
+        switch self {
+        case .unit: #""unit""#
+        case .scope: #""scope""#
+        case .tracked: #""tracked""#
+        case .tree: #""tree""#
+        }
+    }
+}
+
 extension BGTaskError {
     /// The error as a Varlink reply error, with its parameters.
     var varlink: VarlinkError {
@@ -370,12 +412,5 @@ extension WakeReason {
         guard let value, !value.isNull else { return nil }
         guard case .object = value else { throw VarlinkError.invalidParameter("payload") }
         return try validate(payload: value.serialized)
-    }
-}
-
-extension Array where Element == UInt8 {
-    /// Appends a literal's bytes as they are (JSON punctuation and keys written directly).
-    mutating func appendRaw(_ text: StaticString) {
-        append(contentsOf: UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
     }
 }

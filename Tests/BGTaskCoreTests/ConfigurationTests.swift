@@ -21,6 +21,11 @@ import Testing
         #expect(ConfigurationValue.formatTimeSpan(.seconds(65)) == "1min 5s")
         #expect(ConfigurationValue.formatTimeSpan(.milliseconds(50)) == "50ms")
         #expect(ConfigurationValue.formatTimeSpan(.zero) == "0")
+        // Digits written by hand: zeros within and at the end of a part, parts skipped, the longest.
+        #expect(ConfigurationValue.formatTimeSpan(.nanoseconds(100_000_000_010)) == "1min 40s 10ns")
+        #expect(ConfigurationValue.formatTimeSpan(.nanoseconds(86_400_000_000_001)) == "1d 1ns")
+        #expect(ConfigurationValue.formatTimeSpan(.nanoseconds(5_999_993_000)) == "5s 999ms 993us")
+        #expect(ConfigurationValue.formatTimeSpan(.nanoseconds(Int64.max)) == "106751d 23h 47min 16s 854ms 775us 807ns")
     }
 
     /// Found by the fuzzer: a span with nanoseconds printed as "556ns", which did not parse.

@@ -139,3 +139,21 @@ import Testing
         #expect(Set(LogKind.allCases.map(\.messageID)).count == LogKind.allCases.count)
     }
 }
+
+/// The log lines a burst writes one of per app (written in place, `TextAssembly`), pinned
+/// as a reader of the journal sees them.
+@Suite struct LogLineTests {
+    @Test func backgroundAndWarningLinesReadAsSentences() throws {
+        var harness = ModelHarness()
+        let app = try harness.app(pid: 4_194_304)
+        let name = "sync \"émoji 😀\" " + String(repeating: "x", count: 200)
+        let id = try harness.begin(app, name)
+        harness.at(0.1)  // granted after its 50 ms latency
+        try harness.background(app)
+        harness.finishTransition(app)
+        harness.at(25.1)  // backgrounded at 0.1 s, 30 s budget, warned 5 s before
+        let lines = harness.take().compactMap { if case let .log(entry) = $0 { entry.message } else { nil } }
+        #expect(lines.contains("App pid 4194304 (app4194304) entered the background with 30s of background time"))
+        #expect(lines.contains("Task \(id) (\(name)) of pid 4194304 expires in 5s"))
+    }
+}

@@ -99,6 +99,9 @@ import Varlink
     /// Every task state's text written directly is its general encoding.
     @Test func everyTaskStateIsQuotedAsTheGeneralText() {
         for state in TaskState.allCases { #expect("\(state.quoted)" == JSON.string(state.rawValue).serialized) }
+        for state in AppState.allCases { #expect("\(state.quoted)" == JSON.string(state.rawValue).serialized) }
+        for phase in BackgroundPhase.allCases { #expect("\(phase.quoted)" == JSON.string(phase.rawValue).serialized) }
+        for containment in Containment.allCases { #expect("\(containment.quoted)" == JSON.string(containment.rawValue).serialized) }
     }
 
     /// A listing's task is written without its dictionary, and reads as the general encoding.
@@ -111,9 +114,10 @@ import Varlink
     func aListedTaskIsTheGeneralText(state: TaskState, reason: TaskReason?, age: Duration, handler: Bool, name: String) {
         let task = TaskSnapshot(id: 123_456, app: ProcessIdentity(pid: 10, startTime: 1), owner: ProcessIdentity(pid: 4_000_000, startTime: 2),
                                 uid: 4_294_967_294, name: name, state: state, reason: reason, age: age, expirationHandler: handler)
-        var out: [UInt8] = Array("[".utf8)
-        Wire.writeTask(task, to: &out)
-        #expect(String(decoding: out.dropFirst(), as: UTF8.self) == Wire.task(task).serialized)
+        let out = ByteBuffer()
+        out.append("[")
+        Wire.writeTask(task, to: out)
+        #expect(String(decoding: out.bytes(from: 1), as: UTF8.self) == Wire.task(task).serialized)
     }
 
     /// A history entry and the monitor's events are written directly, and read as the
@@ -123,14 +127,17 @@ import Varlink
                                 uid: 1000, name: "sync \"all\"", state: .expiring, reason: nil, age: .milliseconds(2500),
                                 expirationHandler: true)
         #expect(Wire.monitorFrame(task) == VarlinkReply(parameters: ["event": "taskChanged", "task": Wire.task(task)], continues: true).frame)
+        let scratch = ByteBuffer(capacity: 8)  // as the daemon writes them: one buffer, emptied in turn
+        #expect(Wire.monitorFrame(task, using: scratch) == Wire.monitorFrame(task))
         for (names, detail) in [([], nil), (["upload", "a\u{1b}[2Jb"], "SIGKILL after 2s"), (["é"], "")] as [([String], String?)] {
             for action in [AppAction.suspended, .resumed, .terminated] {
                 let record = AppActionRecord(app: ProcessIdentity(pid: 42, startTime: 3), uid: 65534, command: "foot\tx",
                                              action: action, reason: .assertionsBeyondPermittedTime, taskNames: names, detail: detail)
                 let entry = HistoryEntry(realtimeNanoseconds: 1_796_000_000_123_456_789, record: record)
-                var out: [UInt8] = []
-                Wire.writeHistoryEntry(entry, to: &out)
-                #expect(out == Array(Wire.historyEntry(entry).serialized.utf8))
+                let out = ByteBuffer()
+                Wire.writeHistoryEntry(entry, to: out)
+                #expect(out.bytes(from: 0) == Array(Wire.historyEntry(entry).serialized.utf8))
+                #expect(Wire.monitorFrame(entry, using: scratch) == Wire.monitorFrame(entry))
                 #expect(Wire.monitorFrame(entry) == VarlinkReply(parameters: ["event": .string(action.rawValue), "entry": Wire.historyEntry(entry)],
                                                                  continues: true).frame)
             }
@@ -149,11 +156,15 @@ import Varlink
             .didWake(reason: "push", payload: #"{"a":[1,"b"]}"#, backgroundTimeRemaining: .seconds(30)),
             .launchTask(identifier: "org.example.refresh", kind: .refresh, taskID: 9, backgroundTimeRemaining: nil),
         ]
+        // As the daemon writes them: one small buffer for all, grown and emptied in turn.
+        let scratch = ByteBuffer(capacity: 8)
         for event in events {
             #expect(Wire.eventFrame(event) == VarlinkReply(parameters: Wire.event(event), continues: true).frame, "\(event)")
+            #expect(Wire.eventFrame(event, using: scratch) == Wire.eventFrame(event), "\(event)")
             var monitored = Wire.event(event)
             monitored["pid"] = 4242
             #expect(Wire.eventFrame(event, pid: 4242) == VarlinkReply(parameters: monitored, continues: true).frame, "\(event)")
+            #expect(Wire.eventFrame(event, pid: 4242, using: scratch) == Wire.eventFrame(event, pid: 4242), "\(event)")
         }
     }
 }
