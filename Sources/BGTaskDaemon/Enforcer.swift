@@ -229,6 +229,9 @@ final class Enforcer {
             }
             return freeze(app, uid: uid, command: command, cgroup: cgroup, at: now)
         }
+        // Why a `freezer` app falls back to signals, told once something is to be stopped (an
+        // app gone before its exit was read fails the cgroup's checks too, and had nothing).
+        var fallback: String?
         if mode == .freezer || (mode == .auto && (sharedCgroupUntil[app] ?? .min) <= now) {
             var walked: [Pidfd]?
             let own = ownCgroup(of: app, uid: uid, tree: { walked = members(of: app, uid: uid); return walked ?? [] }, at: now)
@@ -239,17 +242,17 @@ final class Enforcer {
                 return freeze(app, uid: uid, command: command, cgroup: cgroup, at: now)
             case let .failure(reason):
                 sharedCgroupUntil[app] = now + Self.sharedCgroupRecheck
-                if mode == .freezer {
-                    log(.notice, "App \(app) (\(command)) cannot be frozen: \(reason.text); suspending with SIGSTOP")
-                }
+                if mode == .freezer { fallback = reason.text }
             }
         }
-        if queueStops(of: app, uid: uid, command: command, at: now) {
-            return note(app, (.signals, command, uid), at: now)
+        func noteStopped() {
+            if let fallback { log(.notice, "App \(app) (\(command)) cannot be frozen: \(fallback); suspending with SIGSTOP") }
+            note(app, (.signals, command, uid), at: now)
         }
+        if queueStops(of: app, uid: uid, command: command, at: now) { return noteStopped() }
         let stopped = stopTree(app, uid: uid)
         guard !stopped.isEmpty else { return }  // gone: its pidfd reports the exit
-        note(app, (.signals, command, uid), at: now)
+        noteStopped()
         holdStops(app, stopped, again: false)
     }
 

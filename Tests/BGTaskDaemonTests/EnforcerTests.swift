@@ -326,6 +326,35 @@ import TestSupport
         rig.enforcer.resume(app, uid: 65534, at: 3)
     }
 
+    /// In `freezer` mode an app whose cgroup cannot be frozen falls back to signals, and says
+    /// so; one already gone (its exit not read yet) fails the cgroup's checks as well, but has
+    /// nothing to stop: it is neither suspended nor reported as falling back.
+    @Test func aGoneAppIsNotReportedAsFallingBackToSignals() throws {
+        let rig = try Rig()
+        func spawn() throws -> Spawned {
+            let child = try Spawned("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups",
+                                                         "/bin/sh", "-c", "echo ready; exec sleep 1000"])
+            try child.expectLine("ready")
+            return child
+        }
+        let live = try spawn()
+        defer { live.killTree() }
+        let liveApp = try rig.app(live)
+        rig.enforcer.suspend(liveApp, uid: 65534, command: "sleep", mode: .freezer, at: 0)
+        try waitUntil("stopped") { try ProcStat.read(pid: live.pid).state == "T" }
+        #expect(rig.logged.contains { $0.contains("(sleep) cannot be frozen: ") }, "\(rig.logged)")
+        rig.enforcer.resume(liveApp, uid: 65534, at: 1)
+
+        let gone = try spawn()
+        let goneApp = try rig.app(gone)
+        gone.killTree()
+        _ = try gone.wait(timeout: 5)
+        rig.logged = []
+        rig.enforcer.suspend(goneApp, uid: 65534, command: "sleep", mode: .freezer, at: 2)
+        #expect(rig.enforcer.suspended[goneApp] == nil)
+        #expect(!rig.logged.contains { $0.contains("cannot be frozen") }, "\(rig.logged)")
+    }
+
     /// The check's pace: a sweep of every signal-suspended app each `stopCheckInterval`, in
     /// wake-ups whose reads cost about `stopCheckBudget`, at most one every 10 ms.
     @Test func theStrayCheckPacesItsWakeUpsByTheProcessesToRead() {

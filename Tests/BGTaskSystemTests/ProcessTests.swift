@@ -274,7 +274,7 @@ import TestSupport
     /// thread's. A child forked by a thread other than the main one is on that thread's list
     /// only, and is a member, stopped by the walk like any other; so are the main thread's.
     @Test func aChildForkedByAnotherThreadIsAMember() throws {
-        let script = "import subprocess, sys, threading, time\n"
+        let script = "import subprocess, threading, time\n"
             + "main = subprocess.Popen(['/bin/sleep', '60'])\n"
             + "def fork():\n"
             + "    child = subprocess.Popen(['/bin/sleep', '60'])\n"
