@@ -207,13 +207,13 @@ extension BackgroundModel {
             tasks[id] = task
             expiring.append(id)
             reportChange(of: task, at: now, effects: &effects)
-            let text = String(capacity: 96) { text in
+            let handler = task.expirationHandler
+            effects.append(.log(.task(.taskWarned, handler ? .info : .warning, id, name: task.name, app: app, uid: task.uid,
+                                      command: record.command, textCapacity: 96) { text in
                 text.append("expires in ")
                 text.append(timeSpan: left)
-                if !task.expirationHandler { text.append("; it has no expiration handler") }
-            }
-            effects.append(.log(.task(.taskWarned, task.expirationHandler ? .info : .warning, id, name: task.name, app: app, uid: task.uid,
-                                      command: record.command, text)))
+                if !handler { text.append("; it has no expiration handler") }
+            }))
         }
         if !expiring.isEmpty {
             effects.append(.lifecycle(app, uid: record.uid, .taskExpiring(expiring, backgroundTimeRemaining: left)))

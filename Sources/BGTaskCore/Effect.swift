@@ -118,7 +118,17 @@ extension LogEntry {
     /// A record about a task: "Task 42 (upload) of pid 1234 `text`".
     static func task(_ kind: LogKind, _ priority: Priority, _ id: TaskID, name: String, app: ProcessIdentity, uid: UInt32,
                      command: String?, _ text: String, reason: TaskReason? = nil) -> LogEntry {
-        let message = String(capacity: 64 + name.utf8.count + text.utf8.count) { message in
+        task(kind, priority, id, name: name, app: app, uid: uid, command: command, textCapacity: text.utf8.count, reason: reason) {
+            $0.append(text)
+        }
+    }
+
+    /// The same, its text written by `text` (at most `textCapacity` bytes) into the line
+    /// itself: a warning's, one a task, is not made a string of its own first.
+    static func task(_ kind: LogKind, _ priority: Priority, _ id: TaskID, name: String, app: ProcessIdentity, uid: UInt32,
+                     command: String?, textCapacity: Int, reason: TaskReason? = nil,
+                     _ text: (inout TextAssembly) -> Void) -> LogEntry {
+        let message = String(capacity: 64 + name.utf8.count + textCapacity) { message in
             message.append("Task ")
             message.append(decimal: Int64(id))
             message.append(" (")
@@ -126,7 +136,7 @@ extension LogEntry {
             message.append(") of pid ")
             message.append(decimal: Int64(app.pid))
             message.append(" ")
-            message.append(text)
+            text(&message)
         }
         return LogEntry(priority: priority, kind: kind, message: message, app: app,
                         command: command, taskID: id, taskName: name, reason: reason?.rawValue, uid: uid)

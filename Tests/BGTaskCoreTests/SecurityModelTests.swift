@@ -148,6 +148,8 @@ import Testing
         let app = try harness.app(pid: 4_194_304)
         let name = "sync \"émoji 😀\" " + String(repeating: "x", count: 200)
         let id = try harness.begin(app, name)
+        let bare = try harness.model.beginTask(in: app, owner: app, name: "bare", expirationHandler: false, connection: nil,
+                                               at: harness.now, effects: &harness.effects).id
         harness.at(0.1)  // granted after its 50 ms latency
         try harness.background(app)
         harness.finishTransition(app)
@@ -155,5 +157,6 @@ import Testing
         let lines = harness.take().compactMap { if case let .log(entry) = $0 { entry.message } else { nil } }
         #expect(lines.contains("App pid 4194304 (app4194304) entered the background with 30s of background time"))
         #expect(lines.contains("Task \(id) (\(name)) of pid 4194304 expires in 5s"))
+        #expect(lines.contains("Task \(bare) (bare) of pid 4194304 expires in 5s; it has no expiration handler"))
     }
 }
