@@ -301,7 +301,8 @@ final class Connection {
     /// this one need not be held too (a client that streams keeps one descriptor, not two).
     func releasePeerPidfd() { peerPidfd = nil }
 
-    func close() {
+    /// Closes the connection: its socket on the loop's closer thread, or with `now` here.
+    func close(now: Bool = false) {
         isClosed = true
         listing = nil
         grow(by: -pendingOutputBytes)
@@ -310,7 +311,7 @@ final class Connection {
         headIsJoined = false
         own.removeAll()
         ownWritten = 0
-        source?.close(socket)  // the connection's socket is its file's only descriptor
+        source?.close(socket, now: now)  // the connection's socket is its file's only descriptor
         source = nil
         socket.close()
         // Released now, not when the last reference to this object goes (the pass's list

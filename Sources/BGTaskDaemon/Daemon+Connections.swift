@@ -331,7 +331,8 @@ extension Daemon {
         // What was read is taken, as a read takes it: a socket closed with input unread
         // resets its peer (ECONNRESET) instead of ending its stream.
         _ = connection.takeInput(through: readBuffer)
-        connection.close()
+        // A listener paused for want of descriptors is given this one at once.
+        connection.close(now: acceptPausedUntil != nil)
         resumeAccepting()
         connections[connection.id] = nil
         if let app = connection.app { forgetConnection(connection.id, of: app) }

@@ -394,7 +394,7 @@ public final class Daemon {
         for app in enforcer.resumeAll(at: loop.now) {
             log(.notice, "App \(app) resumed: bgtaskd is stopping")
         }
-        for connection in connections.values { connection.close() }
+        for connection in connections.values { connection.close(now: true) }
         connections.removeAll()
         if let socketPath, SocketActivation.listeningSockets().isEmpty { FileSystem.remove(socketPath) }
     }

@@ -36,6 +36,9 @@ public final class EventLoop {
     /// of it: for every 2 ms turn of a screen lock's 200 pipelined calls.
     public var soon: (() -> Void)?
     private var exitCode: Int32?
+    /// Closes what the loop's sources close (`EventSource.close`), off the loop's thread,
+    /// each iteration's before it waits.
+    let closer = DescriptorCloser()
 
     /// The most events one wait takes, and so the most members of a group handled in one
     /// dispatch: one burst does not hold the loop, and the rest are still ready next time.
@@ -76,7 +79,7 @@ public final class EventLoop {
     /// Calls `handler` with the `EPOLL*` events whenever `fd` is ready for `events`. The
     /// source must go away before `fd` is closed. `epoll_ctl(2)`
     public func addIO(_ fd: Int32, events: UInt32, _ handler: @escaping (UInt32) -> Void) throws(Errno) -> EventSource {
-        EventSource(loop: self, token: try add(fd, events: events, handler: handler, group: nil), fd: fd)
+        EventSource(loop: self, token: try add(fd, events: events, handler: handler, group: nil), fd: fd, events: events)
     }
 
     /// A one-shot `CLOCK_MONOTONIC` timer, initially off; arm it with `EventSource.arm(at:)`.
@@ -158,6 +161,7 @@ public final class EventLoop {
     /// `epoll_wait(2)`
     private func iterate(timeoutMilliseconds: Int32) throws(Errno) {
         if eventNeedsTurn { try turnEvent() }
+        closer.handOver()
         let count = epoll_wait(epoll.rawValue, ready, Int32(Self.maximumPerWait),
                                eventNeedsTurn || soonPending ? 0 : timeoutMilliseconds)
         guard count >= 0 else {
@@ -281,8 +285,8 @@ private final class SignalHandler {
 /// An event source; it leaves the loop when this object goes away.
 public final class EventSource {
     private enum Kind {
-        /// A member of the loop's epoll (an I/O source, a group's member).
-        case member(fd: Int32)
+        /// A member of the loop's epoll (an I/O source, a group's member), edge-triggered or not.
+        case member(fd: Int32, edgeTriggered: Bool)
         /// A `timerfd` in the loop's epoll.
         case timer(FileDescriptor)
         /// An sd-event source, with the handler it calls.
@@ -294,10 +298,10 @@ public final class EventSource {
     /// Left the loop with its descriptor (`close`).
     private var closed = false
 
-    fileprivate init(loop: EventLoop, token: UInt64, fd: Int32) {
+    fileprivate init(loop: EventLoop, token: UInt64, fd: Int32, events: UInt32) {
         self.loop = loop
         self.token = token
-        kind = .member(fd: fd)
+        kind = .member(fd: fd, edgeTriggered: events & IOEvents.edgeTriggered != 0)
     }
 
     fileprivate init(loop: EventLoop, token: UInt64, timer: FileDescriptor) {
@@ -312,22 +316,29 @@ public final class EventSource {
         kind = .signal(signal, handler)
     }
 
-    /// Leaves the loop by closing `descriptor`, the one it watches: the kernel takes a file
-    /// out of every epoll set when its last descriptor closes, so no `EPOLL_CTL_DEL` (a
-    /// system call per client connection closed). Only for a descriptor that is its file's
-    /// only one (never duplicated, inherited or sent): a file open elsewhere would stay in
-    /// the set. Any other source leaves the loop as it goes away.
-    public func close(_ descriptor: FileDescriptor) {
-        guard case let .member(fd) = kind, fd == descriptor.rawValue, !closed else { return }
+    /// Leaves the loop by closing `descriptor`, the one it watches, on the loop's closer
+    /// thread (`DescriptorCloser`): the kernel takes a file out of every epoll set when its
+    /// last descriptor closes, so no `EPOLL_CTL_DEL` (a system call per client connection
+    /// closed). Until the closer has closed it, an event the file still reports carries this
+    /// source's token, which the loop skips (its generation moved on); an edge-triggered
+    /// member reports one only for something new (a peer that writes on), so the loop does
+    /// not spin on it meanwhile. Only for an edge-triggered member whose descriptor is its
+    /// file's only one (never duplicated, inherited or sent): a file open elsewhere would
+    /// stay in the set. Any other source leaves the loop as it goes away. With `now`, the
+    /// descriptor is closed here, before this returns: for a caller that needs its number
+    /// free at once (a listener paused for want of descriptors).
+    public func close(_ descriptor: FileDescriptor, now: Bool = false) {
+        guard case let .member(fd, edgeTriggered) = kind, fd == descriptor.rawValue, !closed else { return }
+        precondition(edgeTriggered, "a level-triggered member closed later would keep the loop busy")
         closed = true
-        descriptor.close()
+        if now { descriptor.close() } else { loop.closer.close(descriptor.disown()) }
         loop.forget(token)
     }
 
     deinit {
         guard !closed else { return }
         switch kind {
-        case let .member(fd): loop.remove(token, fd: fd)
+        case let .member(fd, _): loop.remove(token, fd: fd)
         case let .timer(timer): loop.remove(token, fd: timer.rawValue)
         case let .signal(source, handler):
             sd_event_source_disable_unref(source)
@@ -337,7 +348,7 @@ public final class EventSource {
 
     /// Changes the `EPOLL*` events an I/O source waits for. `epoll_ctl(2)`
     public func setIOEvents(_ events: UInt32) {
-        guard case let .member(fd) = kind else { return }
+        guard case let .member(fd, _) = kind else { return }
         loop.modify(token, fd: fd, events: events)
     }
 
@@ -375,7 +386,7 @@ public final class IOGroup {
     /// `dispatchReady()`. The member leaves the group when the returned source goes away,
     /// which must happen before `fd` is closed. `epoll_ctl(2)`
     public func add(_ fd: Int32, events: UInt32, _ handler: @escaping (UInt32) -> Void) throws(Errno) -> EventSource {
-        EventSource(loop: loop, token: try loop.add(fd, events: events, handler: handler, group: self), fd: fd)
+        EventSource(loop: loop, token: try loop.add(fd, events: events, handler: handler, group: self), fd: fd, events: events)
     }
 
     /// The most ready members one `onReady` handles. The loop calls `onReady` again for the

@@ -17,6 +17,13 @@ public final class FileDescriptor: @unchecked Sendable {
         rawValue = -1
     }
 
+    /// Gives the descriptor up without closing it: the number returned is the caller's to
+    /// close, and this object is closed (-1).
+    public func disown() -> Int32 {
+        defer { rawValue = -1 }
+        return rawValue
+    }
+
     /// Reads up to `count` bytes; an empty result means end of file. Throws `EAGAIN` as an
     /// `Errno` on a non-blocking descriptor with nothing to read.
     public func read(upTo count: Int) throws(Errno) -> [UInt8] {

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 import BGTaskSystem
+import Foundation
 import Glibc
 import Testing
 import TestSupport
@@ -197,13 +198,17 @@ import TestSupport
         withExtendedLifetime(source) {}
     }
 
-    /// A member that leaves by closing its descriptor (no `EPOLL_CTL_DEL`) is out of the
-    /// kernel's set too: its pending event is never heard, and the same descriptor number
-    /// opened again is a new member that works. Tests run beside this one in the same
-    /// process, and their opens take the lowest free number: a low one closed here was taken
-    /// before its reuse three times running in a CI run. So the number is one near the top of
-    /// the descriptor limit, which they do not reach; should one be taken anyway, the case is
-    /// tried again, up to three times.
+    /// Whether descriptor `fd` is open in this process. `fcntl(2)`
+    static func isOpen(_ fd: Int32) -> Bool { fcntl(fd, F_GETFD) >= 0 }
+
+    /// A member that leaves by closing its descriptor (no `EPOLL_CTL_DEL`) hands it to the
+    /// loop's closer thread, which closes it after the loop's next turn: until then it is
+    /// still open and its events (a writer going on) are not heard; then it is out of the
+    /// kernel's set too, and the same descriptor number opened again is a new member that
+    /// works. Tests run beside this one in the same process, and their opens take the lowest
+    /// free number: a low one closed here was taken before its reuse three times running in a
+    /// CI run. So the number is one near the top of the descriptor limit, which they do not
+    /// reach; should one be taken anyway, the case is tried again, up to three times.
     @Test func aMemberClosedWithItsDescriptorIsNotHeardAndItsNumberServesTheNext() throws {
         var limit = rlimit()
         getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
@@ -213,11 +218,17 @@ import TestSupport
             let first = try Pipe(readingAt: quiet)
             let heard = Heard()
             let number = first.read.rawValue
-            var source: EventSource? = try loop.addIO(number, events: IOEvents.readable) { _ in heard.names.append("first") }
+            var source: EventSource? = try loop.addIO(number, events: IOEvents.readable | IOEvents.edgeTriggered) { _ in
+                heard.names.append("first")
+            }
             first.fill()
             source?.close(first.read)
             #expect(first.read.rawValue == -1)
+            #expect(Self.isOpen(number))  // the closer's now, closed after the loop's next turn
             source = nil
+            first.fill()  // a new edge, for a member that left
+            try turn(loop, until: "the closer closed descriptor \(number)") { !Self.isOpen(number) }
+            #expect(heard.names.isEmpty)
             let second = try Pipe(readingAt: number)
             guard second.read.rawValue == number else { continue }  // taken by a test beside this one
             source = try expectHeardAlone(second, on: loop, heard)
@@ -225,5 +236,67 @@ import TestSupport
             return
         }
         Issue.record("the closed descriptor's number was taken by other tests in three tries: nothing was tested")
+    }
+
+    /// A connected pair of stream sockets: whether one end was closed shows at the other
+    /// (`POLLHUP`), whatever number the closed one's is given next by a test beside this one.
+    static func socketPair() throws -> (Int32, FileDescriptor) {
+        var ends: [Int32] = [-1, -1]
+        try systemCall("socketpair") { socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue | SOCK_CLOEXEC.rawValue), 0, &ends) }
+        return (ends[0], FileDescriptor(ends[1]))
+    }
+
+    /// Whether the other end of `peer`'s pair is closed. `poll(2)`
+    static func hungUp(_ peer: FileDescriptor) -> Bool {
+        var entry = pollfd(fd: peer.rawValue, events: 0, revents: 0)
+        return poll(&entry, 1, 0) == 1 && entry.revents & Int16(POLLHUP) != 0
+    }
+
+    /// A member closed with `now` is closed before `close` returns.
+    @Test func aMemberClosedNowIsClosedAtOnce() throws {
+        let loop = try EventLoop()
+        let (end, peer) = try Self.socketPair()
+        let socket = FileDescriptor(end)
+        let source = try loop.addIO(end, events: IOEvents.readable | IOEvents.edgeTriggered) { _ in }
+        #expect(!Self.hungUp(peer))
+        source.close(socket, now: true)
+        #expect(socket.rawValue == -1)
+        #expect(Self.hungUp(peer))
+    }
+
+    /// The closer closes what it was handed, on its thread, every signal blocked there (the
+    /// loop takes them through sd-event's `signalfd`: one delivered to the closer's thread
+    /// would kill the process); what it gathered but was never handed over it closes as it
+    /// goes away.
+    @Test func theCloserClosesWhatItIsHandedOnAThreadThatTakesNoSignal() throws {
+        var closer: DescriptorCloser? = DescriptorCloser()
+        var handed: [FileDescriptor] = [], kept: [FileDescriptor] = []
+        for _ in 0..<100 {
+            let (end, peer) = try Self.socketPair()
+            closer!.close(end)
+            handed.append(peer)
+        }
+        #expect(!handed.contains(where: Self.hungUp))  // gathered, not handed over
+        closer!.handOver()
+        try waitUntil("the closer closed 100 descriptors") { handed.allSatisfy(Self.hungUp) }
+        // Its thread, named "closer", blocks SIGTERM, SIGINT and SIGHUP (bits 14, 1 and 0).
+        let own = "/proc/self/task"
+        let closers = ProcessTree.directoryNames(own).filter { task in
+            (try? readFile("\(own)/\(task)/comm")).map { String(decoding: $0, as: UTF8.self) == "closer\n" } ?? false
+        }
+        #expect(!closers.isEmpty)
+        for task in closers {
+            guard let status = try? readFile("\(own)/\(task)/status") else { continue }  // ended meanwhile (another test's)
+            let line = String(decoding: status, as: UTF8.self).split(separator: "\n").first { $0.hasPrefix("SigBlk:") }
+            let mask = line.flatMap { UInt64($0.dropFirst(7).trimmingCharacters(in: .whitespaces), radix: 16) } ?? 0
+            #expect(mask & (1 << 14 | 1 << 1 | 1 << 0) == 0b100_0000_0000_0011, "thread \(task): \(line ?? "no SigBlk")")
+        }
+        for _ in 0..<100 {
+            let (end, peer) = try Self.socketPair()
+            closer!.close(end)
+            kept.append(peer)
+        }
+        closer = nil  // never handed over: closed as it goes
+        #expect(kept.allSatisfy(Self.hungUp))
     }
 }
