@@ -399,8 +399,10 @@ extension Daemon {
     /// already sent (their replies had filled the output buffer).
     func commit() -> [Connection] {
         var resumable: [Connection] = []
-        // Suspensions are whole before anything reporting them goes out.
+        // Suspensions are whole before anything reporting them goes out, and the sockets of
+        // connections closed are closed (or, many, handed to the loop's closer thread).
         finishStops()
+        loop.handOverClosed()
         while !touched.isEmpty {  // closing a connection can queue events for others
             writeState()
             // Two arrays taking turns: a copy, then emptying `touched`, allocated anew each pass.

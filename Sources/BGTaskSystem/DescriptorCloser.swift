@@ -7,10 +7,13 @@ import Glibc
 /// epoll links, its peer's wake-up): about 6 µs, a sixth of the daemon's CPU when 10,000
 /// apps warned together end their tasks by closing their streams (`perf`, the bench's
 /// deadline burst). Nothing waits for it — the peer had hung up, or is told by its own
-/// read, a moment later — so the loop hands over what it closed in an iteration
-/// (`handOver()`, before it waits) and this thread closes them meanwhile, on another CPU
-/// where there is one. A descriptor handed over is not used again by anyone: its number is
-/// not reused before this thread closes it, so nothing can mistake a new file for it.
+/// read, a moment later — so the loop gathers what it closes and hands a batch over
+/// (`handOver()`: the daemon's before its pass's replies go out, the loop's before it waits)
+/// to this thread, which closes them meanwhile, on another CPU where there is one. Fewer
+/// than `batch` are closed there and then on the loop's thread, as before: waking this one
+/// costs about what a few closes do, and a lone close stays in order with what is sent
+/// after it. A descriptor handed over is not used again by anyone: its number is not reused
+/// before this thread closes it, so nothing can mistake a new file for it.
 public final class DescriptorCloser {
     /// What the loop's thread closed since its last hand-over (that thread's alone).
     private var gathered: [Int32] = []
@@ -66,6 +69,9 @@ public final class DescriptorCloser {
 
     public init() {}
 
+    /// Whether its thread was started (a batch was handed over).
+    var threadStarted: Bool { thread != nil }
+
     /// Closes what is left, and ends the thread once it has closed what it was handed.
     deinit {
         for fd in gathered { Glibc.close(fd) }
@@ -84,11 +90,14 @@ public final class DescriptorCloser {
         gathered.append(fd)
     }
 
-    /// Hands what was gathered to the thread (started at the first), waking it if it waits.
-    /// Where no thread can be started, closes them here.
+    /// The fewest descriptors handed to the thread at once; fewer are closed by `handOver`.
+    public static let batch = 8
+
+    /// Hands what was gathered to the thread (started at the first), waking it if it waits;
+    /// closes it here if it is less than `batch`, or where no thread can be started.
     public func handOver() {
         guard !gathered.isEmpty else { return }
-        if thread == nil, !start() {
+        if gathered.count < Self.batch || (thread == nil && !start()) {
             for fd in gathered { Glibc.close(fd) }
             gathered.removeAll(keepingCapacity: true)
             return

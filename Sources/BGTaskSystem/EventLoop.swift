@@ -36,9 +36,14 @@ public final class EventLoop {
     /// of it: for every 2 ms turn of a screen lock's 200 pipelined calls.
     public var soon: (() -> Void)?
     private var exitCode: Int32?
-    /// Closes what the loop's sources close (`EventSource.close`), off the loop's thread,
-    /// each iteration's before it waits.
+    /// Closes what the loop's sources close (`EventSource.close`), a batch off the loop's
+    /// thread: handed over by the loop's owner (`handOverClosed()`), and before each wait.
     let closer = DescriptorCloser()
+
+    /// Closes the descriptors its sources closed since the last time, or hands them to the
+    /// closer's thread (`DescriptorCloser.handOver`): for an owner about to send what follows
+    /// their close.
+    public func handOverClosed() { closer.handOver() }
 
     /// The most events one wait takes, and so the most members of a group handled in one
     /// dispatch: one burst does not hold the loop, and the rest are still ready next time.
