@@ -90,4 +90,42 @@ import Varlink
         buffer.removeAll()
         #expect(buffer.isEmpty)
     }
+
+    /// Times in seconds rounded to the microsecond (every duration the daemon sends) are
+    /// written from their digits (`appendMillionths`), any other number as `String` writes
+    /// it: both exactly as `JSON.write` writes them. Millionths of every length from 1 to 16
+    /// digits (0.000001 to 2^32 s and past it), both signs, and the `Double`s either side of
+    /// each, which are not millionths.
+    @Test func millionthsAreWrittenAsJSONWritesThem() {
+        var state: UInt64 = 0x9E37_79B9_7F4A_7C15
+        func next() -> UInt64 {  // a fixed sequence (SplitMix64): a failure is found again
+            state &+= 0x9E37_79B9_7F4A_7C15
+            var z = state
+            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+            return z ^ (z >> 31)
+        }
+        var millionths: [Int64] = [1, 99, 100, 101, 120, 123, 999, 1_000, 500_000, 999_999, 1_000_001, 5_999_993, 10_000_010,
+                                   4_294_967_295_999_999, 4_294_967_296_000_001, 4_294_967_296_500_000]
+        var scale: UInt64 = 10
+        for _ in 1...16 {
+            for _ in 0..<400 { millionths.append(Int64(next() % scale)) }
+            scale *= 10
+        }
+        let buffer = ByteBuffer(capacity: 16)
+        var differing: [String] = []
+        for count in millionths {
+            let number = Double(count) / 1e6
+            for value in [number, -number, number.nextUp, number.nextDown, -number.nextUp] {
+                var expected: [UInt8] = []
+                JSON.double(value).write(to: &expected)
+                buffer.removeAll()
+                buffer.appendJSON(.double(value))
+                if buffer.bytes(from: 0) != expected {
+                    differing.append("\(String(decoding: buffer.bytes(from: 0), as: UTF8.self)) for \(String(decoding: expected, as: UTF8.self))")
+                }
+            }
+        }
+        #expect(differing.isEmpty, "\(differing.count) differ, the first: \(differing.prefix(5))")
+    }
 }
