@@ -290,8 +290,8 @@ private final class SignalHandler {
 /// An event source; it leaves the loop when this object goes away.
 public final class EventSource {
     private enum Kind {
-        /// A member of the loop's epoll (an I/O source, a group's member), edge-triggered or not.
-        case member(fd: Int32, edgeTriggered: Bool)
+        /// A member of the loop's epoll (an I/O source, a group's member).
+        case member(fd: Int32)
         /// A `timerfd` in the loop's epoll.
         case timer(FileDescriptor)
         /// An sd-event source, with the handler it calls.
@@ -300,13 +300,16 @@ public final class EventSource {
     private let loop: EventLoop
     private let token: UInt64
     private let kind: Kind
+    /// A member's events are edge-triggered (`EPOLLET`), as last set.
+    private var edgeTriggered = false
     /// Left the loop with its descriptor (`close`).
     private var closed = false
 
     fileprivate init(loop: EventLoop, token: UInt64, fd: Int32, events: UInt32) {
         self.loop = loop
         self.token = token
-        kind = .member(fd: fd, edgeTriggered: events & IOEvents.edgeTriggered != 0)
+        kind = .member(fd: fd)
+        edgeTriggered = events & IOEvents.edgeTriggered != 0
     }
 
     fileprivate init(loop: EventLoop, token: UInt64, timer: FileDescriptor) {
@@ -321,19 +324,20 @@ public final class EventSource {
         kind = .signal(signal, handler)
     }
 
-    /// Leaves the loop by closing `descriptor`, the one it watches, on the loop's closer
-    /// thread (`DescriptorCloser`): the kernel takes a file out of every epoll set when its
-    /// last descriptor closes, so no `EPOLL_CTL_DEL` (a system call per client connection
-    /// closed). Until the closer has closed it, an event the file still reports carries this
-    /// source's token, which the loop skips (its generation moved on); an edge-triggered
-    /// member reports one only for something new (a peer that writes on), so the loop does
-    /// not spin on it meanwhile. Only for an edge-triggered member whose descriptor is its
-    /// file's only one (never duplicated, inherited or sent): a file open elsewhere would
-    /// stay in the set. Any other source leaves the loop as it goes away. With `now`, the
-    /// descriptor is closed here, before this returns: for a caller that needs its number
-    /// free at once (a listener paused for want of descriptors).
+    /// Leaves the loop by closing `descriptor`, the one it watches, through the loop's closer
+    /// (`DescriptorCloser`: at its next hand-over, a batch on a thread of its own): the kernel
+    /// takes a file out of every epoll set when its last descriptor closes, so no
+    /// `EPOLL_CTL_DEL` (a system call per client connection closed). Until it is closed, an
+    /// event the file still reports carries this source's token, which the loop skips (its
+    /// generation moved on); an edge-triggered member reports one only for something new (a
+    /// peer that writes on), so the loop does not spin on it meanwhile. Only for a member
+    /// edge-triggered as last set whose descriptor is its file's only one (never duplicated,
+    /// inherited or sent): a file open elsewhere would stay in the set. Any other source
+    /// leaves the loop as it goes away. With `now`, the descriptor is closed here, before
+    /// this returns: for a caller that needs its number free at once (a listener paused for
+    /// want of descriptors, a daemon stopping).
     public func close(_ descriptor: FileDescriptor, now: Bool = false) {
-        guard case let .member(fd, edgeTriggered) = kind, fd == descriptor.rawValue, !closed else { return }
+        guard case let .member(fd) = kind, fd == descriptor.rawValue, !closed else { return }
         precondition(edgeTriggered, "a level-triggered member closed later would keep the loop busy")
         closed = true
         if now { descriptor.close() } else { loop.closer.close(descriptor.disown()) }
@@ -343,7 +347,7 @@ public final class EventSource {
     deinit {
         guard !closed else { return }
         switch kind {
-        case let .member(fd, _): loop.remove(token, fd: fd)
+        case let .member(fd): loop.remove(token, fd: fd)
         case let .timer(timer): loop.remove(token, fd: timer.rawValue)
         case let .signal(source, handler):
             sd_event_source_disable_unref(source)
@@ -353,7 +357,8 @@ public final class EventSource {
 
     /// Changes the `EPOLL*` events an I/O source waits for. `epoll_ctl(2)`
     public func setIOEvents(_ events: UInt32) {
-        guard case let .member(fd, _) = kind else { return }
+        guard case let .member(fd) = kind else { return }
+        edgeTriggered = events & IOEvents.edgeTriggered != 0
         loop.modify(token, fd: fd, events: events)
     }
 
