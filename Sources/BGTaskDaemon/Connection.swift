@@ -301,7 +301,8 @@ final class Connection {
     /// this one need not be held too (a client that streams keeps one descriptor, not two).
     func releasePeerPidfd() { peerPidfd = nil }
 
-    /// Closes the connection: its socket on the loop's closer thread, or with `now` here.
+    /// Closes the connection: its socket through the loop's closer (`EventSource.close`), or
+    /// with `now` here and at once.
     func close(now: Bool = false) {
         isClosed = true
         listing = nil

@@ -73,12 +73,12 @@ public final class ByteBuffer {
 
     /// Decimal digits, as `JSON.writeInteger` writes them: counted first (`decimalDigits`),
     /// then written in their place from the last, two at a time — a division by 100 and the
-    /// pair's two characters copied from a literal table ("00"…"99"; a literal is a constant
-    /// in the binary, read through its pointer: an array cost a `swift_once` and two bounds
-    /// checks per pair, and each digit by its own division a multiplication more, callgrind).
-    /// Written from the end of room for the longest and moved to their place, they cost a
+    /// pair's two characters copied from a literal table ("00"…"99": a literal is a constant
+    /// in the binary, read through its pointer, where an array cost a `swift_once` and two
+    /// bounds checks per pair; working out the pair's two digits cost two multiplications
+    /// more). Written from the end of room for the longest and then moved, they cost a
     /// `memmove` call each (nanosecond instants have 13–19 digits; a warning writes about 16
-    /// integers).
+    /// integers; callgrind).
     public func appendInteger(_ value: Int64) {
         reserve(20)  // the sign and 19 digits
         if value < 0 {
@@ -176,9 +176,10 @@ public final class ByteBuffer {
     /// from the integer's digits (~150 instructions where `String(number)` took ~700, twice
     /// an app's warning and end, callgrind); returns false, having written nothing, for any
     /// other number. Such a number's shortest digits are its millionths' without trailing
-    /// zeros: a shorter decimal is at least a millionth away from them, farther than half the
-    /// spacing of `Double`s below 2^32 (under a millionth), so it reads back as another
-    /// number; and from 0.0001 up `String` writes no exponent. Debug builds check each.
+    /// zeros: the number is within half a spacing of `Double`s of them, a shorter decimal at
+    /// least a millionth from them, and below 2^32 the spacing is under half a millionth, so
+    /// a shorter decimal is more than a spacing away and reads back as another number; from
+    /// 0.0001 up `String` writes no exponent. Debug builds check each.
     func appendMillionths(_ number: Double) -> Bool {
         let magnitude = number.magnitude
         guard magnitude >= 0.0001, magnitude < 4_294_967_296 else { return false }
