@@ -100,8 +100,9 @@ else
 fi
 
 # A daemon that stops answering is restarted by the watchdog.
+# (Never `kill 0`: with no main process, MainPID is 0, and that would stop this script's group.)
 stuck=$(main_pid)
-kill -STOP "$stuck"
+[ "${stuck:-0}" -gt 1 ] && kill -STOP "$stuck"
 if until_true 20 sh -c "[ \"\$(systemctl show -p MainPID --value bgtaskd.service)\" != $stuck ] && [ \"\$(systemctl show -p MainPID --value bgtaskd.service)\" != 0 ] && systemctl is-active -q bgtaskd.service" \
    && [ "$(systemctl show -p NRestarts --value bgtaskd.service)" -ge 1 ]; then
     ok watchdog-restart
@@ -125,7 +126,7 @@ until_true 5 sh -c "grep -q '\.scope\$' /proc/$sleeper/cgroup"
 until_true 5 suspended "$sleeper"
 until_true 5 sh -c "\"$ctl\" --no-legend tasks | grep -Eq '^ *$task_id .* survivor +granted'"
 crashed=$(main_pid)
-kill -9 "$crashed"
+[ "${crashed:-0}" -gt 1 ] && kill -9 "$crashed"
 if until_true 10 sh -c "p=\$(systemctl show -p MainPID --value bgtaskd.service); [ \"\$p\" != 0 ] && [ \"\$p\" != $crashed ] && systemctl is-active -q bgtaskd.service" \
    && "$ctl" --no-legend tasks | grep -Eq "^ *$task_id .* survivor +granted" \
    && "$ctl" --no-legend apps | grep -Eq "^ *$sleeper .* suspended" && suspended "$sleeper" \
