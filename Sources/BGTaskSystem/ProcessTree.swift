@@ -29,13 +29,15 @@ public enum ProcessTree {
     /// children were not read by its own.
     ///
     /// `visit` is called on each member before its children are read. Stopping a process
-    /// there (`SIGSTOP`) makes one walk whole: a fork that has not put its child on the
-    /// parent's list by the time the signal is sent fails and is restarted once the parent is
-    /// continued (`copy_process` checks for a pending signal under the lock that links the
-    /// child), so every child the stopped parent will ever have had is in the list read after.
-    /// It returns whether the process is still there (a signal sent through its pidfd says so,
-    /// `Pidfd.trySend`): one that is not is no member, and the root's pidfd is then not polled
-    /// first (a poll per app suspended). A zombie takes a signal: visited, it counts as there.
+    /// there (`SIGSTOP`) makes the walk whole but for a fork already under way: a fork begun
+    /// after the signal is sent fails and is restarted once the parent is continued, but one
+    /// begun before it goes on (`copy_process` looks again for fatal signals only) and may put
+    /// its child on the list after the list was read (measured, 6.18: a shell forking as fast
+    /// as it could, stopped this way, had a child more on its list once stopped in 6 walks
+    /// of 50). A walk made once every member is stopped (state `T`) is whole (the tests'
+    /// `Spawned.killTree` walks so). `visit` returns whether the process is still there (a
+    /// signal sent through its pidfd says so, `Pidfd.trySend`): one that is not is no
+    /// member, and the root's pidfd is then not polled first (a poll per app suspended). A zombie takes a signal: visited, it counts as there.
     public static func members(of root: Pidfd, owner: UInt32?, excluded: inout [Int32], unreached: inout [Int32],
                                visit: ((Pidfd) -> Bool)? = nil) -> [Pidfd] {
         if visit == nil, root.hasExited { return [] }
@@ -137,10 +139,10 @@ public enum ProcessTree {
     /// open, read and close, 4 of a walked app's 21 for foot and its shell (a suspension of
     /// uid 65534's walked apps of two processes cost the daemon 51–52 µs of CPU, not 59–61:
     /// the fastest of 30 bursts of 200, in turns). The count holds for a member the walk has
-    /// stopped (`visit`): a process with a stop pending starts no thread, as it forks no
-    /// child (`copy_process` fails on a pending signal and is restarted once it is
-    /// continued), and the children of a thread that exited are its group's remaining
-    /// thread's. Unvisited, the walk is a look at one moment either way: a thread started
+    /// stopped (`visit`): a process with a stop pending starts no new thread (a clone begun
+    /// after the signal fails and is restarted once it is continued; one under way already
+    /// may finish, as a fork may: see `members`), and the children of a thread that exited
+    /// are its group's remaining thread's. Unvisited, the walk is a look at one moment either way: a thread started
     /// after the directory was read went unseen as well.
     ///
     /// Otherwise `/proc/PID/task` is held while its threads' lists are opened through it
@@ -187,8 +189,16 @@ public enum ProcessTree {
     }
 
     /// A list of children open at `fd`, appended to `result`: pids separated by spaces, read
-    /// 4 KiB at a time (a number may straddle two reads) until a read is short (the kernel
-    /// fills what it is asked for while it has more), at most `maximumListBytes` of them.
+    /// 4 KiB at a time (a number may straddle two reads) to its end, at most
+    /// `maximumListBytes` of them.
+    ///
+    /// A read short of what was asked is not the end: the list is a `seq_file`, filled a
+    /// page at a time with whole records, and a record that does not fit what is left of the
+    /// page ends that read (4,092 bytes of 4,096, measured: a list of 1,500 children came as
+    /// 4,092, 4,092 and 816). Stopping there, as this did until the forty-first round, left
+    /// every child after the first ~580 out of the walk: a process app with more children
+    /// had the rest neither stopped nor killed. The end is a read that leaves room for another
+    /// record (`recordRoom`: a pid and its space) or returns nothing.
     private static func readList(_ fd: Int32, into result: inout [Int32], readSize: Int) {
         var value: Int32 = 0, digits = 0, total = 0
         withUnsafeTemporaryAllocation(of: UInt8.self, capacity: readSize) { buffer in
@@ -207,11 +217,15 @@ public enum ProcessTree {
                         digits = 0
                     }
                 }
-                if count < buffer.count { return }
+                if count <= buffer.count - recordRoom { break }
             }
         }
         if digits > 0 { result.append(value) }
     }
+
+    /// The most a child takes in a list: ten digits and a space (pids are at most 2^22 on
+    /// Linux, seven digits; the room is kept for any `int`).
+    static let recordRoom = 11
 
     /// The most of one thread's list of children read (about 150,000 pids), as `readFile`
     /// reads at most: a walk's memory stays bounded whatever a process forks.

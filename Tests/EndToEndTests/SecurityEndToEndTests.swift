@@ -182,6 +182,43 @@ struct SecurityEndToEndTests {
         #expect(!child.hasExited)
     }
 
+    /// 13: a walked app of more children than one read of its list of children holds (a
+    /// page: ~580 pids) is stopped and killed whole. The walk took a read short of a page for
+    /// the list's end, and the kernel's reads of a longer list come short with more to come:
+    /// uid 65534's app of 1,500 children kept ~900 of them running in the background, and
+    /// alive after `terminate`.
+    @Test func anAppOfMoreChildrenThanAPageHoldsIsStoppedAndKilledWhole() throws {
+        let daemon = try TestDaemon(wrapper: ["/usr/bin/unshare", "--net", "--"])  // no connector: a walked tree
+        let script = """
+            import os, signal
+            children = []
+            for _ in range(1500):
+                child = os.fork()
+                if child == 0:
+                    signal.pause()
+                    os._exit(0)
+                children.append(child)
+            print(" ".join(map(str, children)), flush=True)
+            signal.pause()
+            """
+        let app = try Spawned("/usr/bin/setpriv", ["--reuid=\(Intruder.uid)", "--regid=\(Intruder.uid)", "--clear-groups",
+                                                   "/usr/bin/python3", "-c", script])
+        let pids = try #require(try app.readLine(timeout: 30)).split(separator: " ").compactMap { Int32($0) }
+        // Held by pidfds, and killed through them whatever the daemon does.
+        let children = pids.compactMap { try? Pidfd.open(pid: $0) }
+        defer { for child in children { try? child.send(signal: SIGKILL) } }
+        try #require(children.count == 1500)
+        #expect(try daemon.ctl(["background", String(app.pid)], asUser: Intruder.uid).0 == 0)
+        try waitUntil("the app and its 1,500 children stopped", timeout: 10) {
+            processState(app.pid) == "T" && children.allSatisfy { processState($0.pid) == "T" }
+        }
+        #expect(daemon.logged { $0.contains("(containment tree") })
+        #expect(try daemon.ctl(["terminate", String(app.pid)], asUser: Intruder.uid).0 == 0)
+        try waitUntil("the app and its 1,500 children killed", timeout: 10) {
+            app.hasExited && children.allSatisfy { $0.hasExited }
+        }
+    }
+
     /// 5: a uid-65534 child of root's app is an app of its own: it cannot subscribe to,
     /// end or hold tasks for root's app.
     @Test func aChildOfAnotherUIDCannotActForRootsApp() throws {

@@ -48,20 +48,35 @@ public final class Spawned {
         }
     }
 
-    /// Kills the child and every descendant (stopped first, pass after pass, so none forks
-    /// away), so no orphan outlives the test holding its output pipes.
+    /// Kills the child and every descendant, so no orphan outlives the test holding its
+    /// output pipes: walks that stop each process before reading its children
+    /// (`ProcessTree.members`' `visit`), each after every process the last one found has
+    /// stopped, until one finds no process more; then `SIGKILL` to each. A process stopped
+    /// (state `T`) is past any fork it was in, its child on its list; one merely sent
+    /// `SIGSTOP` is not: this kernel lets a fork under way finish (a signal to the one
+    /// process no longer restarts it), and a child forked so lived on as an orphan.
     public func killTree() {
         var members: [Int32: Pidfd] = [:]
-        for _ in 0..<16 {
-            let found = ProcessTree.members(of: pidfd).filter { members[$0.pid] == nil }
+        for _ in 0..<64 {
+            var excluded: [Int32] = [], unreached: [Int32] = []
+            let found = ProcessTree.members(of: pidfd, owner: nil, excluded: &excluded, unreached: &unreached) {
+                members[$0.pid] != nil || $0.trySend(signal: SIGSTOP)
+            }.filter { members[$0.pid] == nil }
             if found.isEmpty { break }
-            for member in found {
-                try? member.send(signal: SIGSTOP)
-                members[member.pid] = member
+            for member in found { members[member.pid] = member }
+            let deadline = Clock.monotonicNanoseconds() + 2_000_000_000
+            while Clock.monotonicNanoseconds() < deadline, found.contains(where: { !Self.settled($0) }) {
+                _ = poll(nil, 0, 1)
             }
         }
         for member in members.values { try? member.send(signal: SIGKILL) }
         try? pidfd.send(signal: SIGKILL)
+    }
+
+    /// Past any fork: stopped, gone, or frozen by its cgroup (which a stop does not change).
+    private static func settled(_ process: Pidfd) -> Bool {
+        guard !process.hasExited, let state = processState(process.pid), !"TtZX".contains(state) else { return true }
+        return (try? Cgroup.of(pid: process.pid)?.isFrozen()) == true
     }
 
     /// Sends a line to the child's stdin.
