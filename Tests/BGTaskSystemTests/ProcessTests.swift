@@ -287,7 +287,7 @@ import TestSupport
         try root.expectLine("ready", timeout: 30)
         let listed = try #require(ProcessTree.children(of: root.pid))
         #expect(listed.count == 1500)
-        #expect(String(decoding: try readFile("/proc/\(root.pid)/task/\(root.pid)/children"), as: UTF8.self).utf8.count > 2 * 4096)
+        #expect(String(decoding: try readFile("/proc/\(root.pid)/task/\(root.pid)/children"), as: UTF8.self).utf8.count > 4096)  // more than one read
         var excluded: [Int32] = [], unreached: [Int32] = []
         let stopped = ProcessTree.members(of: root.pidfd, owner: getuid(), excluded: &excluded, unreached: &unreached) {
             $0.trySend(signal: SIGSTOP)
