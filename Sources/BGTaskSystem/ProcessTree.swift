@@ -37,7 +37,8 @@ public enum ProcessTree {
     /// of 50). A walk made once every member is stopped (state `T`) is whole (the tests'
     /// `Spawned.killTree` walks so). `visit` returns whether the process is still there (a
     /// signal sent through its pidfd says so, `Pidfd.trySend`): one that is not is no
-    /// member, and the root's pidfd is then not polled first (a poll per app suspended). A zombie takes a signal: visited, it counts as there.
+    /// member, and the root's pidfd is then not polled first (a poll per app suspended). A
+    /// zombie takes a signal: visited, it counts as there.
     public static func members(of root: Pidfd, owner: UInt32?, excluded: inout [Int32], unreached: inout [Int32],
                                visit: ((Pidfd) -> Bool)? = nil) -> [Pidfd] {
         if visit == nil, root.hasExited { return [] }
@@ -142,8 +143,8 @@ public enum ProcessTree {
     /// stopped (`visit`): a process with a stop pending starts no new thread (a clone begun
     /// after the signal fails and is restarted once it is continued; one under way already
     /// may finish, as a fork may: see `members`), and the children of a thread that exited
-    /// are its group's remaining thread's. Unvisited, the walk is a look at one moment either way: a thread started
-    /// after the directory was read went unseen as well.
+    /// are its group's remaining thread's. Unvisited, the walk is a look at one moment either
+    /// way: a thread started after the directory was read went unseen as well.
     ///
     /// Otherwise `/proc/PID/task` is held while its threads' lists are opened through it
     /// (`openat` of `TID/children`: a lookup of two names, not of five, each checking the
