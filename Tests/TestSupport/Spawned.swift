@@ -64,10 +64,7 @@ public final class Spawned {
             }.filter { members[$0.pid] == nil }
             if found.isEmpty { break }
             for member in found { members[member.pid] = member }
-            let deadline = Clock.monotonicNanoseconds() + 2_000_000_000
-            while Clock.monotonicNanoseconds() < deadline, found.contains(where: { !Self.settled($0) }) {
-                _ = poll(nil, 0, 1)
-            }
+            try? waitUntil("the processes stopped", timeout: 2) { found.allSatisfy(Self.settled) }
         }
         for member in members.values { try? member.send(signal: SIGKILL) }
         try? pidfd.send(signal: SIGKILL)
