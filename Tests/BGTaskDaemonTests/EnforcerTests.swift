@@ -228,6 +228,46 @@ import TestSupport
         try waitUntil("the leaf's first child running") { processState(forked[0].pid) == "S" }
     }
 
+    /// A fork under way as the walk stops its parent finishes after the stop (the kernel
+    /// stops a fork only for a fatal signal) and puts its child on the list after the walk
+    /// read it: that child ran on through the suspension. The app's first check walks its
+    /// tree again, once stopped, and stops it. The app forks flat out (each child killed and
+    /// reaped at once), so a suspension often comes in a fork.
+    @Test func aChildForkedAsItsParentWasStoppedIsStoppedAtTheFirstCheck() throws {
+        let rig = try Rig()
+        let program = """
+            import os, signal
+            print("ready", flush=True)
+            while True:
+                child = os.fork()
+                if child == 0:
+                    while True: signal.pause()
+                os.kill(child, signal.SIGKILL)
+                os.waitpid(child, 0)
+            """
+        let forker = try Spawned("/usr/bin/python3", ["-c", program])
+        defer { forker.killTree() }
+        try forker.expectLine("ready")
+        let app = try rig.app(forker)
+        var missed = 0
+        for round in 0..<60 {
+            let at = Int64(round) * 2 * Enforcer.stopCheckInterval
+            rig.enforcer.suspend(app, uid: 0, command: "python3", mode: .signal, at: at)
+            try waitUntil("the app's own process stopped") { processState(forker.pid) == "T" }
+            // Once its parent is stopped, a child of a fork under way is on the list; the
+            // suspension kept what its walk found.
+            let kept = Set(rig.enforcer.heldStops[app]?.pidfds.map(\.pid) ?? [])
+            if processTree(of: forker.pidfd).contains(where: { !kept.contains($0.pid) && $0.state != "Z" }) { missed += 1 }
+            rig.enforcer.checkStops(at: at + Enforcer.stopCheckInterval)
+            try waitUntil("every process of the app stopped (round \(round), \(missed) missed by the walk)") {
+                processTree(of: forker.pidfd).allSatisfy { "TZ".contains($0.state) }
+            }
+            rig.enforcer.resume(app, uid: 0, at: at + Enforcer.stopCheckInterval)
+            try waitUntil("the app running") { processState(forker.pid) != "T" }
+        }
+        print("aChildForkedAsItsParentWasStoppedIsStoppedAtTheFirstCheck: \(missed) of 60 suspensions missed a child")
+    }
+
     /// A kept process that became another user's (it ran a setuid program) after someone else
     /// continued it is no longer the app's: a check that finds it running does not count the
     /// app resumed (and would stop it again, and log so, at every check).

@@ -219,6 +219,43 @@ struct SecurityEndToEndTests {
         }
     }
 
+    /// 14: a walked app that forks flat out is stopped whole. A fork under way as the walk
+    /// stops its parent finishes after the stop, and its child joins the list after the walk
+    /// read it: uid 65534's app had a child running through its suspension in about one
+    /// suspension of five. The app's first check (within a second) stops it. Rounds until
+    /// the daemon has found one so (one in 5–20 here; 100 without one would be a fault).
+    @Test func aChildForkedAsAWalkedAppIsSuspendedIsStoppedToo() throws {
+        let daemon = try TestDaemon(wrapper: ["/usr/bin/unshare", "--net", "--"])  // no connector: a walked tree
+        let program = """
+            import os, signal
+            print("ready", flush=True)
+            while True:
+                child = os.fork()
+                if child == 0:
+                    while True: signal.pause()
+                os.kill(child, signal.SIGKILL)
+                os.waitpid(child, 0)
+            """
+        let app = try Spawned("/usr/bin/setpriv", ["--reuid=\(Intruder.uid)", "--regid=\(Intruder.uid)", "--clear-groups",
+                                                   "/usr/bin/python3", "-c", program])
+        defer { app.killTree() }
+        try app.expectLine("ready")
+        let found = { daemon.log().contains { $0.contains("forked as the app was suspended, after its walk; stopped now") } }
+        var rounds = 0
+        while rounds < 100, !found() {
+            rounds += 1
+            #expect(try daemon.ctl(["background", String(app.pid)], asUser: Intruder.uid).0 == 0)
+            try waitUntil("the app stopped") { processState(app.pid) == "T" }
+            try waitUntil("every process of the app stopped (round \(rounds))") {
+                processTree(of: app.pidfd).allSatisfy { "TZ".contains($0.state) }
+            }
+            #expect(try daemon.ctl(["foreground", String(app.pid)], asUser: Intruder.uid).0 == 0)
+            try waitUntil("the app running") { processState(app.pid) != "T" }
+        }
+        #expect(found(), "no child forked as the app was suspended in \(rounds) rounds")
+        print("aChildForkedAsAWalkedAppIsSuspendedIsStoppedToo: found in round \(rounds)")
+    }
+
     /// 5: a uid-65534 child of root's app is an app of its own: it cannot subscribe to,
     /// end or hold tasks for root's app.
     @Test func aChildOfAnotherUIDCannotActForRootsApp() throws {
