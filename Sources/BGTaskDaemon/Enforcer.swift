@@ -701,7 +701,7 @@ final class Enforcer {
                 cost += Self.readCost(processes: held.pidfds.count, held: held.stats?.count { $0 != nil } ?? 0)
                 running = Self.firstRunning(held.pidfds, stats: keptStats(of: app), owner: record.uid)
                 if running == nil, first {
-                    cost += held.pidfds.count * Self.pathReadCost  // a walk: a read of children a process, about
+                    cost += held.pidfds.count * Self.pathReadCost  // a read of each one's list of children
                     if let whole = forkedWhileStopped(app, kept: held.pidfds, uid: record.uid) {
                         holdStops(app, whole, again: true)
                     }
@@ -725,17 +725,23 @@ final class Enforcer {
         armStopCheck(at: now)
     }
 
-    /// The app's tree walked again at its first check, once the suspension's stops have
-    /// taken (every kept process stopped: no fork under way any more), each process found
-    /// stopped before its children are read: a fork under way as its parent was stopped
-    /// finishes after the stop (the kernel gives up a fork for a fatal signal only) and can
-    /// put its child on the list after the suspension's walk read it (a python forking flat
-    /// out, suspended 60 times: a child missed in about one suspension of two); that child
-    /// ran on through the suspension. Returns the tree walked, for `holdStops` (`again`: the
-    /// next check walks once more, for the forks of what this one found), if it found a
-    /// process the suspension did not keep; nil if not.
+    /// What a fork under way as the suspension's walk stopped its parent added, looked for at
+    /// the app's first check, once the stops have taken (every kept process stopped: no fork
+    /// under way any more). Such a fork finishes after the stop (the kernel gives up a fork
+    /// for a fatal signal only) and can put its child on the list after the walk read it (a
+    /// python forking flat out, suspended 60 times: a child missed in 6–15); that child ran
+    /// on through the suspension. The kept processes' lists of children are read, and only
+    /// if one names a process not kept is the tree walked again, each process found stopped
+    /// before its children are read (a read of each list is about half a walk's system
+    /// calls). Returns the tree walked, for `holdStops` (`again`: the next check looks once
+    /// more, for the forks of what this one found), if it found a process the suspension
+    /// did not keep; nil if not.
     private func forkedWhileStopped(_ app: ProcessIdentity, kept: [Pidfd], uid: UInt32) -> [Pidfd]? {
         let known = Set(kept.map(\.pid))
+        // A zombie not yet reaped is listed too, and not kept: then a walk finds nothing.
+        guard kept.contains(where: { ProcessTree.children(of: $0.pid)?.contains { !known.contains($0) } ?? true }) else {
+            return nil
+        }
         let walked = stopTree(app, uid: uid)
         let found = walked.filter { !known.contains($0.pid) }
         guard let record = suspended[app], !found.isEmpty else { return nil }

@@ -152,7 +152,7 @@ public enum ProcessTree {
     /// with no `String` for a path or a name (`opendir` costs an `fstat` more, and a string
     /// per entry).
     /// (`readSize`: for tests, a number split between reads.)
-    static func children(of pid: Int32, readSize: Int = 4096) -> [Int32]? {
+    public static func children(of pid: Int32, readSize: Int = 4096) -> [Int32]? {
         if threads(of: pid) == 1 {
             let fd = withPath({ $0.append("/proc/"); $0.append(pid); $0.append("/task/"); $0.append(pid); $0.append("/children") }) {
                 open($0, O_RDONLY | O_CLOEXEC)
