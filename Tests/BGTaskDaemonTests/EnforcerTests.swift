@@ -237,6 +237,7 @@ import TestSupport
         let rig = try Rig()
         let program = """
             import os, signal
+            ballast = bytearray(128 << 20)  # touched: each fork copies its page tables (a fork lasts)
             print("ready", flush=True)
             while True:
                 child = os.fork()

@@ -223,11 +223,13 @@ struct SecurityEndToEndTests {
     /// stops its parent finishes after the stop, and its child joins the list after the walk
     /// read it: uid 65534's app had a child running through its suspension in about one
     /// suspension of five. The app's first check (within a second) stops it. Rounds until
-    /// the daemon has found one so (one in 5–20 here; 100 without one would be a fault).
+    /// the daemon has found one so (in round 1–10 here, also beside two CPU hogs: the app's
+    /// 128 MiB make each fork long; without them, under load, as late as round 100).
     @Test func aChildForkedAsAWalkedAppIsSuspendedIsStoppedToo() throws {
         let daemon = try TestDaemon(wrapper: ["/usr/bin/unshare", "--net", "--"])  // no connector: a walked tree
         let program = """
             import os, signal
+            ballast = bytearray(128 << 20)  # touched: each fork copies its page tables (a fork lasts)
             print("ready", flush=True)
             while True:
                 child = os.fork()
