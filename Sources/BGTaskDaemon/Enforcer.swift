@@ -685,7 +685,9 @@ final class Enforcer {
     /// again. An app whose suspension kept what it stopped (`holdStops`) is those processes'
     /// states, read with no walk; a re-parented one continued is found so too (a walk from
     /// the app's process no longer reaches it). Not found: a process forked by a kept one
-    /// continued meanwhile that was stopped again by someone else before the check.
+    /// continued meanwhile that was stopped again by someone else before the check. Such an
+    /// app's first check also looks for the child of a fork under way as it was stopped
+    /// (`forkedWhileStopped`).
     func checkStops(at now: Int64) {
         sendQueuedStops()  // first: an app suspended in this pass is not found running for want of its stop
         stopCheckArmed = false
