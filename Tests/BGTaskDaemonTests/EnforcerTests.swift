@@ -235,18 +235,7 @@ import TestSupport
     /// reaped at once), so a suspension often comes in a fork.
     @Test func aChildForkedAsItsParentWasStoppedIsStoppedAtTheFirstCheck() throws {
         let rig = try Rig()
-        let program = """
-            import os, signal
-            ballast = bytearray(128 << 20)  # touched: each fork copies its page tables (a fork lasts)
-            print("ready", flush=True)
-            while True:
-                child = os.fork()
-                if child == 0:
-                    while True: signal.pause()
-                os.kill(child, signal.SIGKILL)
-                os.waitpid(child, 0)
-            """
-        let forker = try Spawned("/usr/bin/python3", ["-c", program])
+        let forker = try Spawned("/usr/bin/python3", ["-c", forkingFlatOut])
         defer { forker.killTree() }
         try forker.expectLine("ready")
         let app = try rig.app(forker)

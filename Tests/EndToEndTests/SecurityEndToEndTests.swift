@@ -227,19 +227,8 @@ struct SecurityEndToEndTests {
     /// 128 MiB make each fork long; without them, under load, as late as round 100).
     @Test func aChildForkedAsAWalkedAppIsSuspendedIsStoppedToo() throws {
         let daemon = try TestDaemon(wrapper: ["/usr/bin/unshare", "--net", "--"])  // no connector: a walked tree
-        let program = """
-            import os, signal
-            ballast = bytearray(128 << 20)  # touched: each fork copies its page tables (a fork lasts)
-            print("ready", flush=True)
-            while True:
-                child = os.fork()
-                if child == 0:
-                    while True: signal.pause()
-                os.kill(child, signal.SIGKILL)
-                os.waitpid(child, 0)
-            """
         let app = try Spawned("/usr/bin/setpriv", ["--reuid=\(Intruder.uid)", "--regid=\(Intruder.uid)", "--clear-groups",
-                                                   "/usr/bin/python3", "-c", program])
+                                                   "/usr/bin/python3", "-c", forkingFlatOut])
         defer { app.killTree() }
         try app.expectLine("ready")
         let found = { daemon.log().contains { $0.contains("forked as the app was suspended, after its walk; stopped now") } }

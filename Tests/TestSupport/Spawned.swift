@@ -215,6 +215,23 @@ public func processTree(of root: Pidfd) -> [ProcStat] {
     ProcessTree.members(of: root).compactMap { try? ProcStat.read(pid: $0.pid) }
 }
 
+/// A python program (`python3 -c`) that says "ready", then forks flat out, each child
+/// (pausing for ever) killed and reaped at once: a signal to it often comes in a fork.
+/// Each fork copies the page tables of the 128 MiB it holds touched, so a fork lasts: the
+/// tests of a fork under way as a walk stops its parent missed one within 10 rounds also
+/// under load (up to 100 without).
+public let forkingFlatOut = """
+    import os, signal
+    ballast = bytearray(128 << 20)
+    print("ready", flush=True)
+    while True:
+        child = os.fork()
+        if child == 0:
+            while True: signal.pause()
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+    """
+
 /// What this machine lets a test do, checked once.
 public enum Capabilities {
     /// Built with a sanitizer: `make sanitize` (scripts/sanitize) sets these for the run.
