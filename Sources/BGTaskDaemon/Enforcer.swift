@@ -731,7 +731,7 @@ final class Enforcer {
     /// the app's first check, once the stops have taken (every kept process stopped: no fork
     /// under way any more). Such a fork finishes after the stop (the kernel gives up a fork
     /// for a fatal signal only) and can put its child on the list after the walk read it (a
-    /// python forking flat out, suspended 60 times: a child missed in 6–15); that child ran
+    /// python forking flat out, suspended 60 times: a child missed in 2–18); that child ran
     /// on through the suspension. The kept processes' lists of children are read, and only
     /// if one names a process not kept is the tree walked again, each process found stopped
     /// before its children are read (a read of each list is about half a walk's system
