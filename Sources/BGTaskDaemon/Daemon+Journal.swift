@@ -28,7 +28,7 @@ extension Daemon {
     }
 
     /// Whether a record about `uid`'s apps goes out now (`logBurst` per `logWindow`).
-    private func allowLog(uid: UInt32) -> Bool {
+    func allowLog(uid: UInt32) -> Bool {
         let now = loop.now
         var budget = logBudgets[uid] ?? (windowStart: now, logged: 0, suppressed: 0)
         if now - budget.windowStart >= Self.logWindow {

@@ -187,7 +187,9 @@ public final class Daemon {
         enforcer = try Enforcer(group: clients, root: { [unowned self] app in self.watches[app]?.pidfd },
                                 tracked: { [unowned self] app, known, reading in
                                     self.tracker.flatMap { $0.follows(app) ? $0.members(of: app, excluding: known, reading: reading) : nil }
-                                }) { priority, message in
+                                }) { [unowned self] priority, uid, message in
+            // About a user's app: within that user's records (`logBurst`), as the model's.
+            if let uid, uid != 0, !self.allowLog(uid: uid) { return }
             Journal.log(priority: priority.rawValue, message: message.cEscaped)
         }
         enforcer.schedule = { [unowned self] wait, instant in

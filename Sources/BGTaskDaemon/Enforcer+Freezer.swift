@@ -88,7 +88,7 @@ extension Enforcer {
                 yieldHeldFreezes()
                 return freeze(app, uid: uid, command: command, cgroup: cgroup, at: now)
             }
-            log(.notice, "App \(app) (\(command)) cannot be frozen: \(error); suspending with SIGSTOP")
+            log(.notice, about: uid, "App \(app) (\(command)) cannot be frozen: \(error); suspending with SIGSTOP")
             try? setFrozen(false, cgroup, of: app)
             let stopped = stopTree(app, uid: uid)
             note(app, (.signals, command, uid), at: now)
@@ -172,7 +172,7 @@ extension Enforcer {
     func freezeWaitEnded(_ app: ProcessIdentity, at now: Int64) {
         guard let pending = pendingFreezes.removeValue(forKey: app) else { return }
         if (try? pending.cgroup.isFrozen()) == true { return }
-        log(.notice, "App \(app) (\(pending.command)): \(pending.cgroup.directory) not frozen within \(Self.freezeBound / 1_000_000)ms; suspending with SIGSTOP")
+        log(.notice, about: pending.uid, "App \(app) (\(pending.command)): \(pending.cgroup.directory) not frozen within \(Self.freezeBound / 1_000_000)ms; suspending with SIGSTOP")
         try? setFrozen(false, pending.cgroup, of: app)
         let stopped = stopTree(app, uid: pending.uid)
         note(app, (.signals, pending.command, pending.uid), at: now)
@@ -203,7 +203,7 @@ extension Enforcer {
         guard (try? cgroup.freezeRequested()) == false else { return }
         if !watch.reported, let record = suspended[app] {
             freezerWatches[app]?.reported = true
-            log(.warning, "App \(app) (\(record.command)) was thawed while suspended (\(cgroup.directory)/cgroup.freeze set to 0 by someone else, or its slice thawed); freezing it again")
+            log(.warning, about: record.uid, "App \(app) (\(record.command)) was thawed while suspended (\(cgroup.directory)/cgroup.freeze set to 0 by someone else, or its slice thawed); freezing it again")
         }
         try? setFrozen(true, cgroup, of: app)
     }

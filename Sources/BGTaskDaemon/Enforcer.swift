@@ -99,7 +99,8 @@ final class Enforcer {
     /// The parents of the cgroups frozen and thawed, held: each `cgroup.freeze` is opened
     /// from its parent (`CgroupParents`).
     let parents = CgroupParents()
-    let log: (LogEntry.Priority, String) -> Void
+    /// Writes a log record: the owner's uid (`nil`: no app's) first.
+    private let record: (LogEntry.Priority, UInt32?, String) -> Void
     /// Arms (an instant) or disarms (`nil`) one of the enforcement's waits: the model's timers.
     var schedule: (Wait, Int64?) -> Void = { _, _ in }
     /// The pidfd the daemon has held for the app's own process since it registered:
@@ -194,12 +195,20 @@ final class Enforcer {
     }
 
     init(group: IOGroup, root: @escaping (ProcessIdentity) -> Pidfd?, tracked: @escaping (ProcessIdentity, Set<Int32>, Bool) -> [Pidfd]?,
-         log: @escaping (LogEntry.Priority, String) -> Void) throws(Errno) {
+         log: @escaping (LogEntry.Priority, UInt32?, String) -> Void) throws(Errno) {
         self.group = group
         self.root = root
         self.tracked = tracked
-        self.log = log
+        record = log
     }
+
+    /// A record about no app.
+    func log(_ priority: LogEntry.Priority, _ message: String) { record(priority, nil, message) }
+
+    /// A record about an app of `uid`'s, counted against that user's records as the model's
+    /// are (`Daemon.logBurst` a window): what a user can make the enforcement say (its own
+    /// app continued at every check, or forking as it is stopped) is bounded with the rest.
+    func log(_ priority: LogEntry.Priority, about uid: UInt32, _ message: String) { record(priority, uid, message) }
 
     // MARK: Actions
 
@@ -213,7 +222,7 @@ final class Enforcer {
     func unit(_ app: ProcessIdentity) -> Cgroup? { units[app] }
 
     func suspend(_ app: ProcessIdentity, uid: UInt32, command: String, mode: SuspendMode, at now: Int64) {
-        defer { reportExcluded(app, command: command, action: "suspended") }
+        defer { reportExcluded(app, uid: uid, command: command, action: "suspended") }
         // A unit app that may be frozen is frozen whole: no walk of its processes, however
         // many (a user's 5,000-process unit cost 1.1 s of loop time per suspension). So is one
         // set to be stopped with signals whose cgroups are more than a walk goes into (the
@@ -225,7 +234,7 @@ final class Enforcer {
         if let unit = unit(app), mode != .signal || ((try? unit.descendantCount()) ?? 0) >= Self.cgroupsPerLook,
            root(app) != nil, case let .success(cgroup) = ownCgroup(of: app, uid: uid, tree: { [] }, at: now) {
             if mode == .signal {
-                log(.notice, "App \(app) (\(command)) has more than \(Self.cgroupsPerLook - 1) cgroups below \(cgroup.directory); frozen instead of stopped with SIGSTOP")
+                log(.notice, about: uid, "App \(app) (\(command)) has more than \(Self.cgroupsPerLook - 1) cgroups below \(cgroup.directory); frozen instead of stopped with SIGSTOP")
             }
             return freeze(app, uid: uid, command: command, cgroup: cgroup, at: now)
         }
@@ -246,7 +255,7 @@ final class Enforcer {
             }
         }
         func noteStopped() {
-            if let fallback { log(.notice, "App \(app) (\(command)) cannot be frozen: \(fallback); suspending with SIGSTOP") }
+            if let fallback { log(.notice, about: uid, "App \(app) (\(command)) cannot be frozen: \(fallback); suspending with SIGSTOP") }
             note(app, (.signals, command, uid), at: now)
         }
         if queueStops(of: app, uid: uid, command: command, at: now) { return noteStopped() }
@@ -269,7 +278,7 @@ final class Enforcer {
                 try setFrozen(false, cgroup, of: app)
                 thawed = true
             } catch {
-                log(.warning, "App \(app): cannot thaw \(cgroup.directory): \(error)")
+                log(.warning, about: uid, "App \(app): cannot thaw \(cgroup.directory): \(error)")
             }
         }
         // Stopped with signals (a freeze that fell back to them is `.signals`), or not by this
@@ -278,7 +287,7 @@ final class Enforcer {
         if !thawed {
             if let held { continueHeld(held, uid: uid) } else { signalTree(app, uid: uid, Signal.continue) }
         }
-        if let record { reportUnreached(app, command: record.command, action: "resumed") }
+        if let record { reportUnreached(app, uid: record.uid, command: record.command, action: "resumed") }
         forgetLeftOut()
     }
 
@@ -290,7 +299,7 @@ final class Enforcer {
     /// of its own, once to stop it). That cgroup is looked for only for a catchable signal,
     /// for the grace's `kill` to end with: with `SIGKILL` the stopped tree is all there is.
     func terminate(_ app: ProcessIdentity, uid: UInt32, command: String, signal: Int32, at now: Int64) {
-        defer { reportExcluded(app, command: command, action: "terminated") }
+        defer { reportExcluded(app, uid: uid, command: command, action: "terminated") }
         let held = takeHeldStops(app)
         let whole = suspended[app].flatMap { if case let .freezer(c) = $0.method { c } else { nil } }
             ?? (unit(app) == nil ? nil : try? ownCgroup(of: app, uid: uid, tree: { [] }, at: now).get())
@@ -329,7 +338,7 @@ final class Enforcer {
         survivors += stopTree(app, uid: uid)  // and anything the main process forked meanwhile
         for pidfd in survivors { try? pidfd.send(signal: Signal.kill) }
         if !survivors.isEmpty {
-            log(.warning, "App \(app) still had \(survivors.count) process(es) after the terminate grace; sent SIGKILL")
+            log(.warning, about: uid, "App \(app) still had \(survivors.count) process(es) after the terminate grace; sent SIGKILL")
         }
     }
 
@@ -340,7 +349,7 @@ final class Enforcer {
             // Stopped with it: continued, not left stopped for ever with nobody to resume them.
             let continued = continueHeld(held.dropFirst(), uid: record.uid, root: false)
             if continued > 0 {
-                log(.notice, "App \(app) (\(record.command)) exited while suspended; \(continued) of the processes stopped with it continued")
+                log(.notice, about: record.uid, "App \(app) (\(record.command)) exited while suspended; \(continued) of the processes stopped with it continued")
             }
             forgetLeftOut()
         }
@@ -493,7 +502,7 @@ final class Enforcer {
                 setTrackedCheckCost(of: entry.app, processes: stopped.count, held: 0)
             }
             excluded.formUnion(left)
-            reportExcluded(entry.app, command: entry.command, action: "suspended")
+            reportExcluded(entry.app, uid: entry.uid, command: entry.command, action: "suspended")
         }
     }
 
@@ -520,7 +529,7 @@ final class Enforcer {
             _ = followedMembers(of: app, root: root, next: added, known: &known, owner: record.uid == 0 ? nil : record.uid,
                                 excluded: &left, visit: { $0.trySend(signal: Signal.stop) })
             excluded.formUnion(left)
-            reportExcluded(app, command: record.command, action: "suspended")
+            reportExcluded(app, uid: record.uid, command: record.command, action: "suspended")
         }
         return true
     }
@@ -537,21 +546,21 @@ final class Enforcer {
     }
 
     /// Logs, once per action, the processes of an app's tree that its owner could not signal.
-    func reportExcluded(_ app: ProcessIdentity, command: String, action: String) {
+    func reportExcluded(_ app: ProcessIdentity, uid: UInt32, command: String, action: String) {
         defer { forgetLeftOut() }
-        reportUnreached(app, command: command, action: action)
+        reportUnreached(app, uid: uid, command: command, action: action)
         guard !excluded.isEmpty else { return }
         let pids = excluded.sorted().map(String.init).joined(separator: ", ")
-        log(.warning, "App \(app) (\(command)): pid \(pids) not \(action): the app's owner could not signal it, and bgtaskd does not lend it the right")
+        log(.warning, about: uid, "App \(app) (\(command)): pid \(pids) not \(action): the app's owner could not signal it, and bgtaskd does not lend it the right")
     }
 
     /// Logs the processes of the app the action could not reach for want of descriptors.
-    func reportUnreached(_ app: ProcessIdentity, command: String, action: String) {
+    func reportUnreached(_ app: ProcessIdentity, uid: UInt32, command: String, action: String) {
         if cgroupsUnread {
-            log(.warning, "App \(app) (\(command)): the processes in its cgroups past the first \(Self.cgroupsPerLook) not \(action): bgtaskd reads no more per action (the owner makes them)")
+            log(.warning, about: uid, "App \(app) (\(command)): the processes in its cgroups past the first \(Self.cgroupsPerLook) not \(action): bgtaskd reads no more per action (the owner makes them)")
         }
         guard !unreached.isEmpty else { return }
-        log(.warning, "App \(app) (\(command)): \(unreached.count) of its processes not \(action), or not looked into for children: bgtaskd is out of descriptors (one is held per process for the length of an action; raise its LimitNOFILE=); they are tried again at the next action")
+        log(.warning, about: uid, "App \(app) (\(command)): \(unreached.count) of its processes not \(action), or not looked into for children: bgtaskd is out of descriptors (one is held per process for the length of an action; raise its LimitNOFILE=); they are tried again at the next action")
     }
 
     /// Drops what the last look at an app left out (`excluded`, `unreached`), unreported:
@@ -720,7 +729,7 @@ final class Enforcer {
                 running = Self.firstRunning(members(of: app, uid: record.uid), owner: nil)
             }
             guard let running else { continue }
-            log(.warning, "App \(app) (\(record.command)) was resumed while suspended (pid \(running.pid) is '\(running.state)', a stray SIGCONT?); stopping it again")
+            log(.warning, about: record.uid, "App \(app) (\(record.command)) was resumed while suspended (pid \(running.pid) is '\(running.state)', a stray SIGCONT?); stopping it again")
             holdStops(app, stopAgain(app, kept: held?.pidfds, uid: record.uid), again: true)
         }
         forgetLeftOut()
@@ -747,7 +756,7 @@ final class Enforcer {
         let walked = stopTree(app, uid: uid)
         let found = walked.filter { !known.contains($0.pid) }
         guard let record = suspended[app], !found.isEmpty else { return nil }
-        log(.notice, "App \(app) (\(record.command)): pid \(found.map { String($0.pid) }.joined(separator: ", ")) forked as the app was suspended, after its walk; stopped now")
+        log(.notice, about: record.uid, "App \(app) (\(record.command)): pid \(found.map { String($0.pid) }.joined(separator: ", ")) forked as the app was suspended, after its walk; stopped now")
         return walked
     }
 

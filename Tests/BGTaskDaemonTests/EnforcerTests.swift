@@ -31,7 +31,7 @@ import TestSupport
             let group = try IOGroup(loop: loop) { dispatch() }
             dispatch = { [unowned group] in group.dispatchReady() }
             var follow: (ProcessIdentity, Set<Int32>, Bool) -> [Pidfd]? = { _, _, _ in nil }
-            enforcer = try Enforcer(group: group, root: { roots()[$0] }, tracked: { follow($0, $1, $2) }) { _, message in logged(message) }
+            enforcer = try Enforcer(group: group, root: { roots()[$0] }, tracked: { follow($0, $1, $2) }) { _, _, message in logged(message) }
             if tracking {
                 let tracker = try Tracker.open(reserve: DescriptorReserve(count: 16)) {}
                 self.tracker = tracker

@@ -233,7 +233,7 @@ struct SecurityEndToEndTests {
         try app.expectLine("ready")
         let found = { daemon.log().contains { $0.contains("forked as the app was suspended, after its walk; stopped now") } }
         var rounds = 0
-        while rounds < 100, !found() {
+        while rounds < 40, !found() {
             rounds += 1
             #expect(try daemon.ctl(["background", String(app.pid)], asUser: Intruder.uid).0 == 0)
             try waitUntil("the app stopped") { processState(app.pid) == "T" }
