@@ -35,10 +35,11 @@ public enum ProcessTree {
     /// its child on the list after the list was read (measured, 6.18: a shell forking as fast
     /// as it could, stopped this way, had a child more on its list once stopped in 6 walks
     /// of 50). A walk made once every member is stopped (state `T`) is whole (the tests'
-    /// `Spawned.killTree` walks so, and a suspended app's first stray-`SIGCONT` check). `visit` returns whether the process is still there (a
-    /// signal sent through its pidfd says so, `Pidfd.trySend`): one that is not is no
-    /// member, and the root's pidfd is then not polled first (a poll per app suspended). A
-    /// zombie takes a signal: visited, it counts as there.
+    /// `Spawned.killTree` walks so, and a suspended app's first stray-`SIGCONT` check looks
+    /// so). `visit` returns whether the process is still there (a signal sent through its
+    /// pidfd says so, `Pidfd.trySend`): one that is not is no member, and the root's pidfd is
+    /// then not polled first (a poll per app suspended). A zombie takes a signal: visited, it
+    /// counts as there.
     public static func members(of root: Pidfd, owner: UInt32?, excluded: inout [Int32], unreached: inout [Int32],
                                visit: ((Pidfd) -> Bool)? = nil) -> [Pidfd] {
         if visit == nil, root.hasExited { return [] }

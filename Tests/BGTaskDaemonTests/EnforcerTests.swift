@@ -230,8 +230,9 @@ import TestSupport
 
     /// A fork under way as the walk stops its parent finishes after the stop (the kernel
     /// stops a fork only for a fatal signal) and puts its child on the list after the walk
-    /// read it: that child ran on through the suspension. The app's first check walks its
-    /// tree again, once stopped, and stops it. The app forks flat out (each child killed and
+    /// read it: that child ran on through the suspension. The app's first check reads the
+    /// kept processes' lists of children, once stopped, walks again for a child not kept,
+    /// and stops it. The app forks flat out (each child killed and
     /// reaped at once), so a suspension often comes in a fork.
     @Test func aChildForkedAsItsParentWasStoppedIsStoppedAtTheFirstCheck() throws {
         let rig = try Rig()

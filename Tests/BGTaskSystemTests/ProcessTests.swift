@@ -301,14 +301,15 @@ import TestSupport
     /// thread's. A child forked by a thread other than the main one is on that thread's list
     /// only, and is a member, stopped by the walk like any other; so are the main thread's.
     @Test func aChildForkedByAnotherThreadIsAMember() throws {
-        let script = "import subprocess, threading, time\n"
+        // Both threads stay until the test kills the tree (an event never set, a pause).
+        let script = "import signal, subprocess, threading\n"
             + "main = subprocess.Popen(['/bin/sleep', '60'])\n"
             + "def fork():\n"
             + "    child = subprocess.Popen(['/bin/sleep', '60'])\n"
             + "    print(main.pid, child.pid, flush=True)\n"
-            + "    time.sleep(60)\n"
+            + "    threading.Event().wait()\n"
             + "threading.Thread(target=fork, daemon=True).start()\n"
-            + "time.sleep(60)\n"
+            + "signal.pause()\n"
         let root = try Spawned("/usr/bin/python3", ["-c", script])
         defer { root.killTree() }
         let pids = try #require(try root.readLine(timeout: 10)).split(separator: " ").compactMap { Int32($0) }
