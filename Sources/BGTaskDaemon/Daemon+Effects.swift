@@ -62,6 +62,7 @@ extension Daemon {
                 forgetWatch(process)
                 tracker?.stop(process)
                 enforcer.unwatchUnit(process)
+                enforcer.forgetWalks(of: process)
             case let .log(entry):
                 log(entry)
             case let .due(wait):

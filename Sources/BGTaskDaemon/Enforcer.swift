@@ -187,6 +187,16 @@ final class Enforcer {
     /// `heldStopLimits` of them, in all and for one owner's apps, as what `heldStops` keeps:
     /// past that a process is read by path.
     private var trackedStats: [ProcessIdentity: (uid: UInt32, files: [Int32: TrackedStat])] = [:]
+    /// What each walked (`tree`) app's last walk held of its processes (`ProcessTree.Memory`:
+    /// pidfds, `/proc/PID/task`, lists of children), kept from one of its walks to the next,
+    /// suspended or running, until it is watched no more: a screen lock walks every window's
+    /// app, and a walk with its files held costs a process about a third of the system calls'
+    /// time of one that opens them (README, Performance). At most `heldStopLimits` processes,
+    /// in all and for one owner's apps (apart from what `heldStops` keeps, as
+    /// `trackedStats` are), each with its directory and at most four lists, held only below
+    /// `heldDescriptorRoom`; an app past them is walked opening its files, as before.
+    private var walkMemories: [ProcessIdentity: (uid: UInt32, memory: ProcessTree.Memory, counted: Int)] = [:]
+    private(set) var walkMemoryBudget = OwnerBudget()
     private(set) var trackedStatBudget = OwnerBudget()
     private struct TrackedStat {
         var inode: UInt64
@@ -357,6 +367,7 @@ final class Enforcer {
         if let pending = takePendingFreeze(of: app) { try? setFrozen(false, pending.cgroup, of: app) }
         units[app] = nil
         sharedCgroupUntil[app] = nil
+        forgetWalks(of: app)
         note(app, nil, at: now)
         freezerWatches[app] = nil
     }
@@ -390,7 +401,8 @@ final class Enforcer {
     /// (`ProcessTree`): stopping it there makes one walk catch every fork. It returns whether
     /// the process is still there (a signal sent through its pidfd says so: `ESRCH`), which
     /// spares an app (tracked or walked) a poll of its own process's pidfd per action.
-    func members(of app: ProcessIdentity, uid: UInt32, visit: ((Pidfd) -> Bool)? = nil) -> [Pidfd] {
+    func members(of app: ProcessIdentity, uid: UInt32, visit: ((Pidfd) -> Bool)? = nil,
+                 memory: ProcessTree.Memory? = nil) -> [Pidfd] {
         guard let root = root(app) else { return [] }
         if let unit = unit(app) { return members(of: unit, uid: uid) }
         var left: [Int32] = [], unopened: [Int32] = []
@@ -406,8 +418,8 @@ final class Enforcer {
                                    excluded: &left, visit: visit)
         }
         let guarded = visit.map { visit in { (pidfd: Pidfd) in pidfd.pid == own || visit(pidfd) } }
-        return ProcessTree.members(of: root, owner: owner, excluded: &left, unreached: &unopened, visit: guarded)
-            .filter { $0.pid != own }
+        return ProcessTree.members(of: root, owner: owner, excluded: &left, unreached: &unopened, visit: guarded,
+                                   memory: memory).filter { $0.pid != own }
     }
 
     /// A tracked app's members: its own process and the tracker's set, no walk (the tracker
@@ -638,10 +650,14 @@ final class Enforcer {
     /// app's tree in one walk, each process stopped before its children are read (see
     /// `ProcessTree.members`); a unit's cgroup pass after pass until no new process appears
     /// (a stopped process cannot fork, but its cgroup's list has no order to walk in).
+    /// A process app's walk reads what its last walk held (`walkMemories`) and holds what it
+    /// finds for the next.
     @discardableResult
     func stopTree(_ app: ProcessIdentity, uid: UInt32) -> [Pidfd] {
         guard unit(app) != nil else {
-            return members(of: app, uid: uid) { $0.trySend(signal: Signal.stop) }
+            let memory = takeWalkMemory(app) ?? ProcessTree.Memory(holdBelow: Self.heldDescriptorRoom)
+            defer { keepWalkMemory(app, uid: uid, memory) }
+            return members(of: app, uid: uid, visit: { $0.trySend(signal: Signal.stop) }, memory: memory)
         }
         var stopped: [Int32: Pidfd] = [:]
         for _ in 0..<Self.maximumStopPasses {
@@ -655,6 +671,26 @@ final class Enforcer {
         }
         return Array(stopped.values)
     }
+
+    /// Takes the app's walk memory out of `walkMemories`, for a walk (`keepWalkMemory` after).
+    private func takeWalkMemory(_ app: ProcessIdentity) -> ProcessTree.Memory? {
+        guard let (uid, memory, counted) = walkMemories.removeValue(forKey: app) else { return nil }
+        walkMemoryBudget.remove(counted, for: uid)
+        return memory
+    }
+
+    /// Keeps what a walk of the app held for its next walk, within `heldStopLimits` (past
+    /// them, it is let go: closed), for an app still watched (one forgotten meanwhile, its
+    /// process gone, is not).
+    private func keepWalkMemory(_ app: ProcessIdentity, uid: UInt32, _ memory: ProcessTree.Memory) {
+        guard memory.count > 0, root(app) != nil, walkMemoryBudget.allows(memory.count, for: uid, within: heldStopLimits)
+        else { return }
+        walkMemories[app] = (uid, memory, memory.count)
+        walkMemoryBudget.add(memory.count, for: uid)
+    }
+
+    /// Lets go of what the app's walks held (it is no longer watched, or has exited).
+    func forgetWalks(of app: ProcessIdentity) { _ = takeWalkMemory(app) }
 
     func signalTree(_ app: ProcessIdentity, uid: UInt32, _ signal: Int32) {
         for pidfd in members(of: app, uid: uid) { try? pidfd.send(signal: signal) }
@@ -749,10 +785,11 @@ final class Enforcer {
     /// did not keep; nil if not.
     private func forkedWhileStopped(_ app: ProcessIdentity, kept: [Pidfd], uid: UInt32) -> [Pidfd]? {
         let known = Set(kept.map(\.pid))
+        // Read through the files the suspension's walk held, where it did.
+        let memory = walkMemories[app]?.memory
+        func children(of pidfd: Pidfd) -> [Int32]? { memory.map { $0.children(of: pidfd) } ?? ProcessTree.children(of: pidfd.pid) }
         // A zombie not yet reaped is listed too, and not kept: then a walk finds nothing.
-        guard kept.contains(where: { ProcessTree.children(of: $0.pid)?.contains { !known.contains($0) } ?? true }) else {
-            return nil
-        }
+        guard kept.contains(where: { children(of: $0)?.contains { !known.contains($0) } ?? true }) else { return nil }
         let walked = stopTree(app, uid: uid)
         let found = walked.filter { !known.contains($0.pid) }
         guard let record = suspended[app], !found.isEmpty else { return nil }

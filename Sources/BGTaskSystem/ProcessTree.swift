@@ -40,14 +40,20 @@ public enum ProcessTree {
     /// pidfd says so, `Pidfd.trySend`): one that is not is no member, and the root's pidfd is
     /// then not polled first (a poll per app suspended). A zombie takes a signal: visited, it
     /// counts as there.
+    ///
+    /// With `memory`, what the last walk of the tree with it held is read again where it can
+    /// be (`Memory`), and what this one finds is held for the next.
     public static func members(of root: Pidfd, owner: UInt32?, excluded: inout [Int32], unreached: inout [Int32],
-                               visit: ((Pidfd) -> Bool)? = nil) -> [Pidfd] {
+                               visit: ((Pidfd) -> Bool)? = nil, memory: Memory? = nil) -> [Pidfd] {
         if visit == nil, root.hasExited { return [] }
         if let owner, !belongs(root, to: owner) {
             if !root.hasExited { excluded.append(root.pid) }
             return []
         }
         let scan: [Int32: [Int32]]? = supportsChildrenFiles ? nil : scanParents()
+        let memory = scan == nil ? memory : nil
+        memory?.begin()
+        defer { memory?.end() }
         var result = [root]
         var index = 0
         while index < result.count {
@@ -57,7 +63,7 @@ public enum ProcessTree {
                 result.remove(at: index)
                 continue
             }
-            guard let listed = scan?[parent.pid] ?? children(of: parent.pid) else {
+            guard let listed = scan?[parent.pid] ?? (memory.map { $0.children(of: parent) } ?? children(of: parent.pid)) else {
                 unreached.append(parent.pid)
                 index += 1
                 continue
@@ -69,18 +75,23 @@ public enum ProcessTree {
                 // both in one poll: two were a system call a child more on the path of every
                 // suspension of a walked app. (A zombie's pidfd is closed here, before the
                 // next child's is opened: an app's dead children do not take the daemon's
-                // descriptors from its live ones.)
+                // descriptors from its live ones.) A pidfd the last walk held (`memory`) is
+                // the child's if it passes the same checks; one that does not (its process
+                // gone, the pid perhaps another's by now) is put aside and the pid opened.
                 let pidfd: Pidfd
-                do {
-                    pidfd = try Pidfd.open(member: child)
-                } catch {
-                    if error.isShortage { unreached.append(child) }
-                    continue  // else gone
+                var checked: (parentPID: Int32, uids: ProcessUIDs)?
+                if let known = memory?.pidfd(of: child), isChild(known, of: parent, info: &checked) {
+                    pidfd = known
+                } else {
+                    do {
+                        pidfd = try Pidfd.open(member: child)
+                    } catch {
+                        if error.isShortage { unreached.append(child) }
+                        continue  // else gone
+                    }
+                    guard isChild(pidfd, of: parent, info: &checked) else { continue }
                 }
-                let info = pidfd.info
-                guard let parentPID = info?.parentPID ?? (try? ProcStat.read(pid: child))?.parentPID,
-                      parentPID == parent.pid, !Pidfd.eitherExited(parent, pidfd) else { continue }
-                if let owner, !(info.map { $0.uids.signallable(by: owner) } ?? belongs(pidfd, to: owner)) {
+                if let owner, !(checked.map { $0.uids.signallable(by: owner) } ?? belongs(pidfd, to: owner)) {
                     excluded.append(child)
                     continue
                 }
@@ -89,6 +100,14 @@ public enum ProcessTree {
             index += 1
         }
         return result
+    }
+
+    /// Whether `pidfd`'s process is a child of `parent`'s and both live; `info` is what the
+    /// pidfd told of it (`nil` where the kernel tells nothing: its parent came from `/proc`).
+    private static func isChild(_ pidfd: Pidfd, of parent: Pidfd, info: inout (parentPID: Int32, uids: ProcessUIDs)?) -> Bool {
+        info = pidfd.info
+        guard let parentPID = info?.parentPID ?? (try? ProcStat.read(pid: pidfd.pid))?.parentPID else { return false }
+        return parentPID == parent.pid && !Pidfd.eitherExited(parent, pidfd)
     }
 
     /// Every process in `cgroup` and below it, each held by a pidfd and found in the cgroup
@@ -201,11 +220,12 @@ public enum ProcessTree {
     /// every child after the first ~580 out of the walk: a process app with more children
     /// had the rest neither stopped nor killed. The end is a read that leaves room for another
     /// record (`recordRoom`: a pid and its space) or returns nothing.
-    private static func readList(_ fd: Int32, into result: inout [Int32], readSize: Int) {
+    static func readList(_ fd: Int32, into result: inout [Int32], readSize: Int) {
         var value: Int32 = 0, digits = 0, total = 0
         withUnsafeTemporaryAllocation(of: UInt8.self, capacity: readSize) { buffer in
             while total < maximumListBytes {
-                let count = read(fd, buffer.baseAddress, buffer.count)
+                // From the list's start, whatever was read of it before (a held list).
+                let count = pread(fd, buffer.baseAddress, buffer.count, off_t(total))
                 if count < 0, errno == EINTR { continue }
                 guard count > 0 else { return }
                 total += count
@@ -235,7 +255,7 @@ public enum ProcessTree {
 
     /// A path of at most 63 bytes built in place (`/proc/PID/task/PID/children` and its
     /// pieces), NUL ended, for `body`.
-    private struct PathBuilder {
+    struct PathBuilder {
         let bytes: UnsafeMutableBufferPointer<CChar>
         var count = 0
         mutating func append(_ text: StaticString) {
@@ -252,7 +272,7 @@ public enum ProcessTree {
         }
     }
 
-    private static func withPath<T>(_ build: (inout PathBuilder) -> Void, _ body: (UnsafePointer<CChar>) -> T) -> T {
+    static func withPath<T>(_ build: (inout PathBuilder) -> Void, _ body: (UnsafePointer<CChar>) -> T) -> T {
         withUnsafeTemporaryAllocation(of: CChar.self, capacity: 64) { bytes in
             var path = PathBuilder(bytes: bytes)
             build(&path)

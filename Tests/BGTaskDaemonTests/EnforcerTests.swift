@@ -323,6 +323,62 @@ import TestSupport
         #expect(rig.enforcer.heldStops.isEmpty)
     }
 
+    /// A walked app's suspension holds what its walk opened (`ProcessTree.Memory`), through
+    /// its resumption, for its next suspension: which reads the held lists again and so
+    /// finds, and stops, what the app forked while it ran. Let go when the app is forgotten.
+    @Test func aWalkedAppsFilesAreHeldFromOneSuspensionToTheNext() throws {
+        let rig = try Rig()
+        let shell = try Spawned("/bin/sh", ["-c", "sleep 1000 & echo ready; read line; sleep 1000 & echo forked; wait"])
+        defer { shell.killTree() }
+        try shell.expectLine("ready")
+        try waitUntil("its sleep") { processTree(of: shell.pidfd).count == 2 }
+        let app = try rig.app(shell)
+        rig.enforcer.suspend(app, uid: 0, command: "sh", mode: .signal, at: 0)
+        try waitUntil("both stopped") { processTree(of: shell.pidfd).allSatisfy { $0.state == "T" } }
+        #expect(rig.enforcer.walkMemoryBudget.total == 2)
+        rig.enforcer.resume(app, uid: 0, at: 1)
+        try waitUntil("both running") { processTree(of: shell.pidfd).allSatisfy { $0.state != "T" } }
+        #expect(rig.enforcer.walkMemoryBudget.total == 2)  // kept while it runs
+        try shell.send("go")
+        try shell.expectLine("forked")
+        try waitUntil("its second sleep") { processTree(of: shell.pidfd).count == 3 }
+        rig.enforcer.suspend(app, uid: 0, command: "sh", mode: .signal, at: 2)
+        try waitUntil("all three stopped") { processTree(of: shell.pidfd).allSatisfy { $0.state == "T" } }
+        #expect(rig.enforcer.walkMemoryBudget.total == 3 && rig.enforcer.heldStops[app]?.pidfds.count == 3)
+        rig.enforcer.resume(app, uid: 0, at: 3)
+        rig.enforcer.forget(app, at: 4)
+        #expect(rig.enforcer.walkMemoryBudget.total == 0)
+    }
+
+    /// What walks hold is bounded for each owner as what suspensions keep: uid 65534's walked
+    /// apps past their share hold nothing (walked opening their files, as before), and
+    /// root's app still holds its own.
+    @Test(.enabled(if: getuid() == 0, "needs root: setpriv to uid 65534"))
+    func oneUsersWalksHoldNoMoreThanTheirShare() throws {
+        let rig = try Rig()
+        rig.enforcer.heldStopLimits = (all: 5, perUser: 3)
+        var shells: [Spawned] = []
+        defer { for shell in shells { shell.killTree() } }
+        func suspendedAndResumed(uid: UInt32) throws -> ProcessIdentity {
+            let command = (uid == 0 ? [] : ["/usr/bin/setpriv", "--reuid=\(uid)", "--regid=\(uid)", "--clear-groups"])
+                + ["/bin/sh", "-c", "sleep 1000 & echo ready; wait"]
+            let shell = try Spawned(command[0], Array(command.dropFirst()))
+            shells.append(shell)
+            try shell.expectLine("ready")
+            try waitUntil("its sleep") { processTree(of: shell.pidfd).count == 2 }
+            let app = try rig.app(shell)
+            rig.enforcer.suspend(app, uid: uid, command: "sh", mode: .signal, at: 0)
+            try waitUntil("both stopped") { processTree(of: shell.pidfd).allSatisfy { $0.state == "T" } }
+            rig.enforcer.resume(app, uid: uid, at: 1)
+            return app
+        }
+        _ = try suspendedAndResumed(uid: 65534)
+        _ = try suspendedAndResumed(uid: 65534)
+        _ = try suspendedAndResumed(uid: 0)
+        #expect(rig.enforcer.walkMemoryBudget.byUser[65534] == 2)  // 4 would be past its 3
+        #expect(rig.enforcer.walkMemoryBudget.byUser[0] == 2 && rig.enforcer.walkMemoryBudget.total == 4)
+    }
+
     /// An unprivileged owner's app in a cgroup not delegated to it (the test's own, root's)
     /// cannot be frozen, and that is told by the cgroup before the app's processes are
     /// walked: suspended in `auto`, it is walked once, by the walk that stops it. Counted by

@@ -327,6 +327,61 @@ import TestSupport
         for pidfd in members { try pidfd.send(signal: SIGCONT) }
     }
 
+    /// A walk with a memory (`ProcessTree.Memory`: the pidfds, `/proc/PID/task` and lists of
+    /// children the last walk held) finds what a walk without one finds, whatever the tree
+    /// became between the two: a child forked since (its parent's held list read again from
+    /// its start), a thread started since and its child (the held directory's count, then its
+    /// threads listed again), a child gone (its remembered pidfd let go). And it holds its
+    /// files: the second walk opens no list that the first held.
+    @Test func aWalkWithAMemoryFindsWhatTheTreeBecameSince() throws {
+        // Line 1: one child forked. Then, at each line read: the first child killed, a second
+        // forked, a thread started that forks a third; each step printed.
+        let script = "import os, signal, subprocess, sys, threading\n"
+            + "first = subprocess.Popen(['/bin/sleep', '60'])\n"
+            + "print(first.pid, flush=True)\n"
+            + "sys.stdin.readline()\n"
+            + "first.kill(); first.wait()\n"
+            + "second = subprocess.Popen(['/bin/sleep', '60'])\n"
+            + "def fork():\n"
+            + "    third = subprocess.Popen(['/bin/sleep', '60'])\n"
+            + "    print(second.pid, third.pid, flush=True)\n"
+            + "    threading.Event().wait()\n"
+            + "threading.Thread(target=fork, daemon=True).start()\n"
+            + "signal.pause()\n"
+        let root = try Spawned("/usr/bin/python3", ["-c", script])
+        defer { root.killTree() }
+        let line = try #require(try root.readLine(timeout: 10))
+        let first = try #require(Int32(line))
+        let memory = ProcessTree.Memory(holdBelow: Int(Int32.max))
+        var excluded: [Int32] = [], unreached: [Int32] = []
+        let before = ProcessTree.members(of: root.pidfd, owner: getuid(), excluded: &excluded, unreached: &unreached,
+                                         memory: memory)
+        #expect(before.map(\.pid).sorted() == [root.pid, first].sorted())
+        // Two processes of one thread each: a directory and a list each.
+        #expect(memory.count == 2 && memory.heldFiles == 4)
+        let firstPidfd = try #require(before.first { $0.pid == first })
+
+        try root.send("go")
+        let pids = try #require(try root.readLine(timeout: 10)).split(separator: " ").compactMap { Int32($0) }
+        try #require(pids.count == 2)
+        let (second, third) = (pids[0], pids[1])
+        #expect(firstPidfd.hasExited)
+        let fresh = ProcessTree.members(of: root.pidfd).map(\.pid).sorted()
+        #expect(fresh == [root.pid, second, third].sorted())
+        let after = ProcessTree.members(of: root.pidfd, owner: getuid(), excluded: &excluded, unreached: &unreached,
+                                        memory: memory)
+        #expect(after.map(\.pid).sorted() == fresh)
+        #expect(after.first { $0.pid == root.pid } === root.pidfd)
+        // The root's two threads' lists and its directory, each sleep's list and directory.
+        #expect(memory.count == 3 && memory.heldFiles == 7)
+        #expect(excluded.isEmpty && unreached.isEmpty)
+        // A third walk reuses the pidfds the second opened.
+        let again = ProcessTree.members(of: root.pidfd, owner: getuid(), excluded: &excluded, unreached: &unreached,
+                                        memory: memory)
+        #expect(again.map(\.pid).sorted() == fresh)
+        for pidfd in again { #expect(after.contains { $0 === pidfd }, "pid \(pidfd.pid) opened again") }
+    }
+
     /// A walk that visits each member learns from the visit whether it is still there (a
     /// signal through its pidfd: `ESRCH` once reaped): a root gone is no app, and is neither
     /// a member nor left out for its owner; a child gone is no member, and its children (none
