@@ -605,16 +605,24 @@ final class Enforcer {
 
     /// The kept processes' `/proc/PID/stat` files, opened at the app's first check (not on
     /// the suspension's path: 400 opens were a locked session's suspension 3–6 ms later,
-    /// `scripts/bench-lock`) and held until its resumption: a descriptor each, within the
-    /// bound of the pidfds beside them; one that would take the spare below the limit is not
-    /// held (that process is read by path).
+    /// `scripts/bench-lock`) and held until its resumption (and on to its next suspension,
+    /// where its walk memory holds the process): a descriptor each, within the bound of the
+    /// pidfds beside them; one that would take the spare below the limit is not held (that
+    /// process is read by path).
     private func keptStats(of app: ProcessIdentity) -> [FileDescriptor?] {
         guard let held = heldStops[app] else { return [] }
         if let stats = held.stats { return stats }
         let room = Self.heldDescriptorRoom
+        // Held with what the app's walks hold, where they hold the process: from one
+        // suspension to the next, as its lists of children (400 opens a lock, and as many
+        // closes at its unlock, for a locked session's windows).
+        let memory = walkMemories[app]?.memory
         let stats = held.pidfds.map { pidfd -> FileDescriptor? in
-            guard let stat = pidfd.openStat(), stat.rawValue < room else { return nil }
-            return stat
+            func open() -> FileDescriptor? {
+                guard let stat = pidfd.openStat(), stat.rawValue < room else { return nil }
+                return stat
+            }
+            return memory.map { $0.stat(of: pidfd, open: open) } ?? open()
         }
         heldStops[app]?.stats = stats
         heldStatCount += stats.count { $0 != nil }

@@ -40,8 +40,10 @@ extension ProcessTree {
         /// How many processes are remembered.
         public var count: Int { members.count }
 
-        /// The descriptors held beside the remembered pidfds (directories and lists).
-        public var heldFiles: Int { members.values.reduce(0) { $0 + ($1.task == nil ? 0 : 1) + $1.lists.count } }
+        /// The descriptors held beside the remembered pidfds (directories, lists, stat files).
+        public var heldFiles: Int {
+            members.values.reduce(0) { $0 + ($1.task == nil ? 0 : 1) + $1.lists.count + ($1.stat == nil ? 0 : 1) }
+        }
 
         final class Member {
             let pidfd: Pidfd
@@ -51,6 +53,8 @@ extension ProcessTree {
             var lists: [Int32: FileDescriptor] = [:]
             /// Whether the directory was looked for (held or not: not tried again).
             var opened = false
+            /// `/proc/PID/stat`, for its owner's reads of the process's state (`stat(of:)`).
+            var stat: FileDescriptor?
 
             init(_ pidfd: Pidfd) { self.pidfd = pidfd }
         }
@@ -58,6 +62,16 @@ extension ProcessTree {
         /// The pidfd the last walk held for `pid`: that pid's process if it still lives (its
         /// pid is then certainly its), which the walk checks as it checks a pidfd it opens.
         func pidfd(of pid: Int32) -> Pidfd? { members[pid]?.pidfd }
+
+        /// The `/proc/PID/stat` of a remembered process, held with its other files: the one
+        /// held already, or `open()`'s (kept if it gives one). `open()`'s alone for a process
+        /// not remembered (held by that pidfd object).
+        public func stat(of pidfd: Pidfd, open: () -> FileDescriptor?) -> FileDescriptor? {
+            guard let member = members[pidfd.pid], member.pidfd === pidfd else { return open() }
+            if let stat = member.stat { return stat }
+            member.stat = open()
+            return member.stat
+        }
 
         func begin() { walking = [:] }
 
@@ -96,7 +110,7 @@ extension ProcessTree {
                 }
             }
             guard let task = member.task else { return ProcessTree.children(of: pidfd.pid, readSize: readSize) }
-            var status = stat()
+            var status = Glibc.stat()
             guard fstat(task.rawValue, &status) == 0 else { return [] }
             let threads = Int(status.st_nlink) - 2
             guard threads > 0 else { return [] }  // gone

@@ -325,7 +325,8 @@ import TestSupport
 
     /// A walked app's suspension holds what its walk opened (`ProcessTree.Memory`), through
     /// its resumption, for its next suspension: which reads the held lists again and so
-    /// finds, and stops, what the app forked while it ran. Let go when the app is forgotten.
+    /// finds, and stops, what the app forked while it ran; its first check reads the stat
+    /// files the last suspension's opened. Let go when the app is forgotten.
     @Test func aWalkedAppsFilesAreHeldFromOneSuspensionToTheNext() throws {
         let rig = try Rig()
         let shell = try Spawned("/bin/sh", ["-c", "sleep 1000 & echo ready; read line; sleep 1000 & echo forked; wait"])
@@ -336,6 +337,9 @@ import TestSupport
         rig.enforcer.suspend(app, uid: 0, command: "sh", mode: .signal, at: 0)
         try waitUntil("both stopped") { processTree(of: shell.pidfd).allSatisfy { $0.state == "T" } }
         #expect(rig.enforcer.walkMemoryBudget.total == 2)
+        rig.enforcer.checkStops(at: Enforcer.stopCheckInterval)  // the first check opens the stat files
+        let stats = try #require(rig.enforcer.heldStops[app]?.stats).compactMap { $0 }
+        #expect(stats.count == 2)
         rig.enforcer.resume(app, uid: 0, at: 1)
         try waitUntil("both running") { processTree(of: shell.pidfd).allSatisfy { $0.state != "T" } }
         #expect(rig.enforcer.walkMemoryBudget.total == 2)  // kept while it runs
@@ -345,6 +349,11 @@ import TestSupport
         rig.enforcer.suspend(app, uid: 0, command: "sh", mode: .signal, at: 2)
         try waitUntil("all three stopped") { processTree(of: shell.pidfd).allSatisfy { $0.state == "T" } }
         #expect(rig.enforcer.walkMemoryBudget.total == 3 && rig.enforcer.heldStops[app]?.pidfds.count == 3)
+        // The next suspension's first check reads the same files (the new sleep's opened).
+        rig.enforcer.checkStops(at: 2 * Enforcer.stopCheckInterval)
+        let again = try #require(rig.enforcer.heldStops[app]?.stats).compactMap { $0 }
+        #expect(again.count == 3 && stats.allSatisfy { file in again.contains { $0 === file } })
+        #expect(stats.allSatisfy { $0.rawValue >= 0 })
         rig.enforcer.resume(app, uid: 0, at: 3)
         rig.enforcer.forget(app, at: 4)
         #expect(rig.enforcer.walkMemoryBudget.total == 0)
