@@ -359,6 +359,43 @@ import TestSupport
         #expect(rig.enforcer.walkMemoryBudget.total == 0)
     }
 
+    /// A process a walk remembers is checked against the owner at every walk as one it
+    /// opens: uid 65534's app's child that ran a setuid program while the app ran (root's
+    /// now) is neither stopped nor kept by the app's next suspension, and is logged as left
+    /// out, though the last walk held its pidfd.
+    @Test(.enabled(if: getuid() == 0, "needs root: setpriv to uid 65534 and a setuid-root helper"))
+    func aRememberedChildThatBecameRootIsLeftOutOfTheNextWalk() throws {
+        let rig = try Rig()
+        let directory = try temporaryDirectory("bgtaskd-enforcer")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        chmod(directory, 0o755)
+        let becoming = try BecomingRoot(in: directory)
+        let shell = try Spawned("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "/bin/sh", "-c",
+                                                     "\"$@\" & echo ready; wait", "app", "/usr/bin/python3", "-c", becoming.program])
+        defer { shell.killTree() }
+        try shell.expectLine("ready")
+        var below: [Pidfd] = []
+        try waitUntil("the waiting child") { below = Array(ProcessTree.members(of: shell.pidfd).dropFirst()); return !below.isEmpty }
+        let child = below[0]
+        defer { try? child.send(signal: SIGKILL) }
+        let app = try rig.app(shell)
+        rig.enforcer.suspend(app, uid: 65534, command: "sh", mode: .signal, at: 0)
+        try waitUntil("the app and its child stopped") { processState(shell.pid) == "T" && processState(child.pid) == "T" }
+        #expect(rig.enforcer.walkMemoryBudget.byUser[65534] == 2)
+        rig.enforcer.resume(app, uid: 65534, at: 1)
+        try waitUntil("both running") { processState(shell.pid) != "T" && processState(child.pid) != "T" }
+        try becoming.release()
+        guard let line = try shell.readLine(timeout: 10), Int32(line) == child.pid else { throw TestFailure("the child did not become root") }
+        rig.logged = []
+        rig.enforcer.suspend(app, uid: 65534, command: "sh", mode: .signal, at: 2)
+        try waitUntil("the app stopped") { processState(shell.pid) == "T" }
+        #expect(rig.enforcer.heldStops[app]?.pidfds.map(\.pid) == [shell.pid])
+        #expect(rig.logged.contains { $0.contains("pid \(child.pid) not suspended") }, "\(rig.logged)")
+        #expect(processState(child.pid) != "T")  // root's, running
+        #expect(rig.enforcer.walkMemoryBudget.byUser[65534] == 1)  // the shell alone remembered now
+        rig.enforcer.resume(app, uid: 65534, at: 3)
+    }
+
     /// What walks hold is bounded for each owner as what suspensions keep: uid 65534's walked
     /// apps past their share hold nothing (walked opening their files, as before), and
     /// root's app still holds its own.
