@@ -247,6 +247,33 @@ struct SecurityEndToEndTests {
         print("aChildForkedAsAWalkedAppIsSuspendedIsStoppedToo: found in round \(rounds)")
     }
 
+    /// A walked app's next suspension reads the lists of children its last walk held
+    /// (`ProcessTree.Memory`): what uid 65534's app forked while it ran, between two of its
+    /// suspensions through the daemon, is stopped with it.
+    @Test func whatAWalkedAppForkedWhileItRanIsStoppedAtItsNextSuspension() throws {
+        let daemon = try TestDaemon(wrapper: ["/usr/bin/unshare", "--net", "--"])  // no connector: a walked tree
+        let app = try Spawned("/usr/bin/setpriv", ["--reuid=\(Intruder.uid)", "--regid=\(Intruder.uid)", "--clear-groups",
+                                                   "/bin/sh", "-c", "sleep 1000 & echo ready; read line; sleep 1000 & echo forked; wait"])
+        defer { app.killTree() }
+        try app.expectLine("ready")
+        try waitUntil("its sleep") { processTree(of: app.pidfd).count == 2 }
+        func suspended(_ count: Int) throws {
+            #expect(try daemon.ctl(["background", String(app.pid)], asUser: Intruder.uid).0 == 0)
+            try waitUntil("all \(count) stopped") {
+                let tree = processTree(of: app.pidfd)
+                return tree.count == count && tree.allSatisfy { $0.state == "T" }
+            }
+        }
+        try suspended(2)
+        #expect(try daemon.ctl(["foreground", String(app.pid)], asUser: Intruder.uid).0 == 0)
+        try waitUntil("all running") { processTree(of: app.pidfd).allSatisfy { $0.state != "T" } }
+        try app.send("go")
+        try app.expectLine("forked")
+        try waitUntil("its second sleep") { processTree(of: app.pidfd).count == 3 }
+        try suspended(3)
+        #expect(try daemon.ctl(["foreground", String(app.pid)], asUser: Intruder.uid).0 == 0)
+    }
+
     /// 5: a uid-65534 child of root's app is an app of its own: it cannot subscribe to,
     /// end or hold tasks for root's app.
     @Test func aChildOfAnotherUIDCannotActForRootsApp() throws {
