@@ -91,6 +91,50 @@ import TestSupport
         }
     }
 
+    /// uid 65534's shell and its python child, which runs a setuid-root program when told
+    /// (`childBecomesRoot`); killed, and the helper removed, when it goes.
+    final class AppBecomingRoot {
+        let directory: String, becoming: BecomingRoot, shell: Spawned, child: Pidfd
+
+        init() throws {
+            directory = try temporaryDirectory("bgtaskd-enforcer")
+            chmod(directory, 0o755)
+            becoming = try BecomingRoot(in: directory)
+            let shell = try Spawned("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "/bin/sh", "-c",
+                                                         "\"$@\" & echo ready; wait", "app", "/usr/bin/python3", "-c", becoming.program])
+            var below: [Pidfd] = []
+            do {
+                try shell.expectLine("ready")
+                try waitUntil("the waiting child") { below = Array(ProcessTree.members(of: shell.pidfd).dropFirst()); return !below.isEmpty }
+            } catch {
+                shell.killTree()
+                try? FileManager.default.removeItem(atPath: directory)
+                throw error
+            }
+            (self.shell, child) = (shell, below[0])
+        }
+
+        deinit {
+            try? child.send(signal: SIGKILL)
+            shell.killTree()
+            try? FileManager.default.removeItem(atPath: directory)
+        }
+
+        /// The shell as `rig`'s app, uid 65534's, suspended with signals: it and its child stopped.
+        func suspendedApp(of rig: Rig) throws -> ProcessIdentity {
+            let app = try rig.app(shell)
+            rig.enforcer.suspend(app, uid: 65534, command: "sh", mode: .signal, at: 0)
+            try waitUntil("the app and its child stopped") { processState(shell.pid) == "T" && processState(child.pid) == "T" }
+            return app
+        }
+
+        /// The child runs the setuid program and is root's once it says its pid.
+        func childBecomesRoot() throws {
+            try becoming.release()
+            guard let line = try shell.readLine(timeout: 10), Int32(line) == child.pid else { throw TestFailure("the child did not become root") }
+        }
+    }
+
     func suspendedUnitApp(_ name: String) throws -> UnitApp {
         let rig = try Rig()
         let cgroup = try makeCgroup(name)
@@ -265,24 +309,11 @@ import TestSupport
     @Test(.enabled(if: getuid() == 0, "needs root: setpriv to uid 65534 and a setuid-root helper"))
     func aKeptProcessThatBecameAnotherUsersIsNotTheAppsAtTheCheck() throws {
         let rig = try Rig()
-        let directory = try temporaryDirectory("bgtaskd-enforcer")
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        chmod(directory, 0o755)
-        let becoming = try BecomingRoot(in: directory)
-        let shell = try Spawned("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "/bin/sh", "-c",
-                                                     "\"$@\" & echo ready; wait", "app", "/usr/bin/python3", "-c", becoming.program])
-        defer { shell.killTree() }
-        try shell.expectLine("ready")
-        var below: [Pidfd] = []
-        try waitUntil("the waiting child") { below = Array(ProcessTree.members(of: shell.pidfd).dropFirst()); return !below.isEmpty }
-        let child = below[0]
-        defer { try? child.send(signal: SIGKILL) }
-        let app = try rig.app(shell)
-        rig.enforcer.suspend(app, uid: 65534, command: "sh", mode: .signal, at: 0)
-        try waitUntil("the app and its child stopped") { processState(shell.pid) == "T" && processState(child.pid) == "T" }
+        let tree = try AppBecomingRoot()
+        let (shell, child) = (tree.shell, tree.child)
+        let app = try tree.suspendedApp(of: rig)
         try child.send(signal: SIGCONT)  // someone else continues it; it becomes root, and runs
-        try becoming.release()
-        guard let line = try shell.readLine(timeout: 10), Int32(line) == child.pid else { throw TestFailure("the child did not become root") }
+        try tree.childBecomesRoot()
         rig.enforcer.checkStops(at: Enforcer.stopCheckInterval)
         #expect(!rig.logged.contains { $0.contains("was resumed while suspended") }, "\(rig.logged)")
         #expect(processState(child.pid) != "T")  // root's, running
@@ -290,7 +321,9 @@ import TestSupport
     }
 
     /// What suspensions keep is bounded for each owner too: uid 65534's apps, past their
-    /// share, are walked at their resumption as before, and root's app is still kept.
+    /// share, are walked at their resumption as before, and root's app is still kept. So is
+    /// what walks hold for the next (`walkMemories`, apart): uid 65534's second app holds
+    /// nothing (walked opening its files, as before), root's holds its own.
     @Test(.enabled(if: getuid() == 0, "needs root: setpriv to uid 65534"))
     func oneUsersAppsKeepNoMoreThanTheirShareOfWhatIsKept() throws {
         let rig = try Rig()
@@ -313,11 +346,14 @@ import TestSupport
         let first = try suspended(uid: 65534), second = try suspended(uid: 65534), roots = try suspended(uid: 0)
         #expect(rig.enforcer.heldStops[first]?.pidfds.count == 2)
         #expect(rig.enforcer.heldStops[second] == nil)  // 4 would be past uid 65534's 3
+        #expect(rig.enforcer.walkMemoryBudget.byUser[65534] == 2 && rig.enforcer.walkMemoryBudget.byUser[0] == 2)
         #expect(rig.enforcer.heldStops[roots]?.pidfds.count == 2)
         // A resumption gives the owner's share back.
         rig.enforcer.resume(first, uid: 65534, at: 1)
         let third = try suspended(uid: 65534)
         #expect(rig.enforcer.heldStops[third]?.pidfds.count == 2)
+        // A resumption does not: the first app's walk memory stays for its next suspension.
+        #expect(rig.enforcer.walkMemoryBudget.byUser[65534] == 2 && rig.enforcer.walkMemoryBudget.total == 4)
         for (app, uid) in [(second, UInt32(65534)), (roots, 0), (third, 65534)] { rig.enforcer.resume(app, uid: uid, at: 2) }
         try waitUntil("every one running") { shells.allSatisfy { processTree(of: $0.pidfd).allSatisfy { $0.state != "T" } } }
         #expect(rig.enforcer.heldStops.isEmpty)
@@ -366,26 +402,13 @@ import TestSupport
     @Test(.enabled(if: getuid() == 0, "needs root: setpriv to uid 65534 and a setuid-root helper"))
     func aRememberedChildThatBecameRootIsLeftOutOfTheNextWalk() throws {
         let rig = try Rig()
-        let directory = try temporaryDirectory("bgtaskd-enforcer")
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        chmod(directory, 0o755)
-        let becoming = try BecomingRoot(in: directory)
-        let shell = try Spawned("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "/bin/sh", "-c",
-                                                     "\"$@\" & echo ready; wait", "app", "/usr/bin/python3", "-c", becoming.program])
-        defer { shell.killTree() }
-        try shell.expectLine("ready")
-        var below: [Pidfd] = []
-        try waitUntil("the waiting child") { below = Array(ProcessTree.members(of: shell.pidfd).dropFirst()); return !below.isEmpty }
-        let child = below[0]
-        defer { try? child.send(signal: SIGKILL) }
-        let app = try rig.app(shell)
-        rig.enforcer.suspend(app, uid: 65534, command: "sh", mode: .signal, at: 0)
-        try waitUntil("the app and its child stopped") { processState(shell.pid) == "T" && processState(child.pid) == "T" }
+        let tree = try AppBecomingRoot()
+        let (shell, child) = (tree.shell, tree.child)
+        let app = try tree.suspendedApp(of: rig)
         #expect(rig.enforcer.walkMemoryBudget.byUser[65534] == 2)
         rig.enforcer.resume(app, uid: 65534, at: 1)
         try waitUntil("both running") { processState(shell.pid) != "T" && processState(child.pid) != "T" }
-        try becoming.release()
-        guard let line = try shell.readLine(timeout: 10), Int32(line) == child.pid else { throw TestFailure("the child did not become root") }
+        try tree.childBecomesRoot()
         rig.logged = []
         rig.enforcer.suspend(app, uid: 65534, command: "sh", mode: .signal, at: 2)
         try waitUntil("the app stopped") { processState(shell.pid) == "T" }
@@ -394,35 +417,6 @@ import TestSupport
         #expect(processState(child.pid) != "T")  // root's, running
         #expect(rig.enforcer.walkMemoryBudget.byUser[65534] == 1)  // the shell alone remembered now
         rig.enforcer.resume(app, uid: 65534, at: 3)
-    }
-
-    /// What walks hold is bounded for each owner as what suspensions keep: uid 65534's walked
-    /// apps past their share hold nothing (walked opening their files, as before), and
-    /// root's app still holds its own.
-    @Test(.enabled(if: getuid() == 0, "needs root: setpriv to uid 65534"))
-    func oneUsersWalksHoldNoMoreThanTheirShare() throws {
-        let rig = try Rig()
-        rig.enforcer.heldStopLimits = (all: 5, perUser: 3)
-        var shells: [Spawned] = []
-        defer { for shell in shells { shell.killTree() } }
-        func suspendedAndResumed(uid: UInt32) throws -> ProcessIdentity {
-            let command = (uid == 0 ? [] : ["/usr/bin/setpriv", "--reuid=\(uid)", "--regid=\(uid)", "--clear-groups"])
-                + ["/bin/sh", "-c", "sleep 1000 & echo ready; wait"]
-            let shell = try Spawned(command[0], Array(command.dropFirst()))
-            shells.append(shell)
-            try shell.expectLine("ready")
-            try waitUntil("its sleep") { processTree(of: shell.pidfd).count == 2 }
-            let app = try rig.app(shell)
-            rig.enforcer.suspend(app, uid: uid, command: "sh", mode: .signal, at: 0)
-            try waitUntil("both stopped") { processTree(of: shell.pidfd).allSatisfy { $0.state == "T" } }
-            rig.enforcer.resume(app, uid: uid, at: 1)
-            return app
-        }
-        _ = try suspendedAndResumed(uid: 65534)
-        _ = try suspendedAndResumed(uid: 65534)
-        _ = try suspendedAndResumed(uid: 0)
-        #expect(rig.enforcer.walkMemoryBudget.byUser[65534] == 2)  // 4 would be past its 3
-        #expect(rig.enforcer.walkMemoryBudget.byUser[0] == 2 && rig.enforcer.walkMemoryBudget.total == 4)
     }
 
     /// An unprivileged owner's app in a cgroup not delegated to it (the test's own, root's)
