@@ -17,6 +17,11 @@ import Testing
         return (try MappedLog(file: FileDescriptor(fd), length: 0), path)
     }
 
+    /// The faults a run of appends into prepared room may take that are not the room's: the
+    /// thread's count is the kernel's, and once in a CI run of the whole suite a run of 512
+    /// appends into prepared room counted 1 (the room's own would be a fault a page: 128).
+    static let strayFaults = 1
+
     /// Page faults this thread has taken (`getrusage(RUSAGE_THREAD)`).
     private func faults() -> Int {
         var usage = rusage()
@@ -43,7 +48,7 @@ import Testing
         #expect(prepared.prepared >= 48 << 10)
         // 12 pages: each one a fault unprepared (the room reserved at first is 64 KiB).
         #expect(try faultsAppending(48 << 10, to: unprepared) >= 11)
-        #expect(try faultsAppending(48 << 10, to: prepared) == 0)
+        #expect(try faultsAppending(48 << 10, to: prepared) <= Self.strayFaults)
         #expect(prepared.prepared < 1024)
     }
 
@@ -56,7 +61,7 @@ import Testing
         #expect(log.prepared >= 1 << 20)
         #expect(log.length == text.count)
         let faults = try faultsAppending(512 << 10, to: log)
-        if !Capabilities.sanitized { #expect(faults == 0) }
+        if !Capabilities.sanitized { #expect(faults <= Self.strayFaults) }  // 128 pages unprepared
         #expect(log.length == text.count + 512 << 10)
         // The file: the text, the appends, then zeros (the room prepared holds nothing).
         let bytes = try readFile(path, limit: 4 << 20)
