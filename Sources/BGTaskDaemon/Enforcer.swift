@@ -663,7 +663,9 @@ final class Enforcer {
     @discardableResult
     func stopTree(_ app: ProcessIdentity, uid: UInt32) -> [Pidfd] {
         guard unit(app) != nil else {
-            let memory = takeWalkMemory(app) ?? ProcessTree.Memory(holdBelow: Self.heldDescriptorRoom)
+            let memory = takeWalkMemory(app)
+                ?? ProcessTree.Memory(holdBelow: Self.heldDescriptorRoom,
+                                      processesAtMost: walkMemoryBudget.room(for: uid, within: heldStopLimits))
             defer { keepWalkMemory(app, uid: uid, memory) }
             return members(of: app, uid: uid, visit: { $0.trySend(signal: Signal.stop) }, memory: memory)
         }
@@ -930,6 +932,11 @@ struct OwnerBudget {
     /// Whether `count` more for `uid` stay within `limits`, in all and for that owner.
     func allows(_ count: Int, for uid: UInt32, within limits: (all: Int, perUser: Int)) -> Bool {
         total + count <= limits.all && byUser[uid, default: 0] + count <= limits.perUser
+    }
+
+    /// How many more `uid` may have within `limits` (0 when none).
+    func room(for uid: UInt32, within limits: (all: Int, perUser: Int)) -> Int {
+        max(0, min(limits.all - total, limits.perUser - byUser[uid, default: 0]))
     }
 
     mutating func add(_ count: Int, for uid: UInt32) {

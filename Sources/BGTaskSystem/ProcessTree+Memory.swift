@@ -21,11 +21,16 @@ extension ProcessTree {
     /// again when there is more than one), a child forked since then by the read.
     ///
     /// Bounds: files are held only while their numbers stay below `holdBelow` (the caller's
-    /// spare stays free); at most `listsPerProcess` threads' lists a process (the others are
-    /// opened, read and closed at each walk). What the caller holds it for (how many
-    /// processes, whose) is the caller's to bound. One thread's: the daemon's loop.
+    /// spare stays free), for at most `processesAtMost` processes of a walk (a tree of more
+    /// has the rest's files opened, read and closed as a walk without memory does, not held
+    /// until the caller finds the memory past its bound), and at most `listsPerProcess`
+    /// threads' lists a process (the others are opened, read and closed at each walk). One
+    /// thread's: the daemon's loop.
     public final class Memory {
         let holdBelow: Int
+        let processesAtMost: Int
+        /// The walk's members whose files are held (`processesAtMost`).
+        private var holding = 0
         /// The members of the last walk, by pid.
         private(set) var members: [Int32: Member] = [:]
         /// The members of the walk under way (`begin`, `end`).
@@ -34,8 +39,12 @@ extension ProcessTree {
         /// The most threads' lists of children held for one process.
         public static let listsPerProcess = 4
 
-        /// Files are held while their numbers are below `holdBelow` (0: none).
-        public init(holdBelow: Int) { self.holdBelow = holdBelow }
+        /// Files are held while their numbers are below `holdBelow` (0: none), for at most
+        /// `processesAtMost` processes of a walk.
+        public init(holdBelow: Int, processesAtMost: Int = .max) {
+            self.holdBelow = holdBelow
+            self.processesAtMost = processesAtMost
+        }
 
         /// How many processes are remembered.
         public var count: Int { members.count }
@@ -73,7 +82,10 @@ extension ProcessTree {
             return member.stat
         }
 
-        func begin() { walking = [:] }
+        func begin() {
+            walking = [:]
+            holding = 0
+        }
 
         /// The walk's members become what is remembered; the rest is closed.
         func end() {
@@ -89,6 +101,7 @@ extension ProcessTree {
             guard walking != nil else { return known }
             let member = known ?? Member(pidfd)
             walking?[pidfd.pid] = member
+            if member.task != nil { holding += 1 }
             return member
         }
 
@@ -98,7 +111,7 @@ extension ProcessTree {
         /// back on where nothing is held.
         public func children(of pidfd: Pidfd, readSize: Int = 4096) -> [Int32]? {
             guard let member = member(pidfd) else { return ProcessTree.children(of: pidfd.pid, readSize: readSize) }
-            if !member.opened {
+            if !member.opened, walking == nil || holding < processesAtMost {
                 member.opened = true
                 let fd = withPath({ $0.append("/proc/"); $0.append(pidfd.pid); $0.append("/task") }) {
                     open($0, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
@@ -106,7 +119,10 @@ extension ProcessTree {
                 if fd >= 0 {
                     let task = FileDescriptor(fd)
                     // The process lived once it was open: the directory is its (a poll, once).
-                    if fd < holdBelow, !pidfd.hasExited { member.task = task }
+                    if fd < holdBelow, !pidfd.hasExited {
+                        member.task = task
+                        if walking != nil { holding += 1 }
+                    }
                 }
             }
             guard let task = member.task else { return ProcessTree.children(of: pidfd.pid, readSize: readSize) }

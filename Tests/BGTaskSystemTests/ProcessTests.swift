@@ -382,6 +382,24 @@ import TestSupport
         for pidfd in again { #expect(after.contains { $0 === pidfd }, "pid \(pidfd.pid) opened again") }
     }
 
+    /// A memory holds the files of at most `processesAtMost` processes of a walk: a tree of
+    /// more is found whole all the same, the rest's lists read and closed (a walk of a large
+    /// tree does not hold more than its owner's share until the caller lets it go).
+    @Test func aWalksMemoryHoldsTheFilesOfAtMostItsProcesses() throws {
+        let root = try Spawned("/bin/sh", ["-c", "sleep 60 & sleep 60 & echo ready; wait"])
+        defer { root.killTree() }
+        try root.expectLine("ready")
+        try waitUntil("both sleeps") { processTree(of: root.pidfd).count == 3 }
+        let memory = ProcessTree.Memory(holdBelow: Int(Int32.max), processesAtMost: 1)
+        var excluded: [Int32] = [], unreached: [Int32] = []
+        for _ in 0..<2 {
+            let members = ProcessTree.members(of: root.pidfd, owner: getuid(), excluded: &excluded, unreached: &unreached,
+                                              memory: memory)
+            #expect(members.count == 3)
+            #expect(memory.count == 3 && memory.heldFiles == 2)  // the shell's directory and list only
+        }
+    }
+
     /// A walk that visits each member learns from the visit whether it is still there (a
     /// signal through its pidfd: `ESRCH` once reaped): a root gone is no app, and is neither
     /// a member nor left out for its owner; a child gone is no member, and its children (none
