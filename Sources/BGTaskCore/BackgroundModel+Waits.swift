@@ -11,6 +11,10 @@ public enum Wait: Hashable, Sendable {
     case freeze(ProcessIdentity)
     /// Signal-suspended apps are looked at for a stray `SIGCONT` (a few per wake-up).
     case stopCheck
+    /// Terminations waiting for their walks' stops to take: each app's processes, once all
+    /// are stopped (no fork under way), are looked at for a child the walk missed, then
+    /// signalled.
+    case terminationStops
     /// An app the service manager was asked to move into a scope of its own: has it?
     case isolation(ProcessIdentity)
     /// The state file could not be written: try again.

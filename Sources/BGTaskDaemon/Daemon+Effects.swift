@@ -131,6 +131,7 @@ extension Daemon {
         switch wait {
         case let .freeze(app): enforcer.freezeWaitEnded(app, at: loop.now)
         case .stopCheck: enforcer.checkStops(at: loop.now)
+        case .terminationStops: enforcer.signalStoppedTerminations(at: loop.now)
         case let .isolation(app): checkScope(app)
         case .stateRetry: writeState()
         case .stateQuiet: whenStateQuiet()

@@ -393,6 +393,7 @@ public final class Daemon {
 
     /// A daemon that stops must not leave processes stopped with nobody in charge.
     func shutdown() {
+        enforcer.signalStoppedTerminations(at: loop.now, waiting: false)
         for app in enforcer.resumeAll(at: loop.now) {
             log(.notice, "App \(app) resumed: bgtaskd is stopping")
         }

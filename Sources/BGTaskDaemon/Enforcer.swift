@@ -146,6 +146,29 @@ final class Enforcer {
     var heldStopLimits = (all: Enforcer.maximumHeldStops, perUser: Enforcer.maximumHeldStops / 2)
     /// Apps sent a catchable signal: what to `SIGKILL` when the grace runs out.
     var terminating: [ProcessIdentity: (pidfds: [Pidfd], cgroup: Cgroup?)] = [:]
+    /// A process app's termination whose walk stopped its processes: the signal waits for
+    /// the stops to take (`signalStoppedTerminations`).
+    struct Stopping {
+        var uid: UInt32
+        var command: String
+        var signal: Int32
+        var pidfds: [Pidfd]
+        var cgroup: Cgroup?
+        var since: Int64
+    }
+    /// Terminations whose signal waits for their processes' stops, within `heldStopLimits`
+    /// (in all, and for one owner's apps, apart from what suspensions keep): past them an
+    /// app is signalled at once, as before.
+    private(set) var stoppingForSignal: [ProcessIdentity: Stopping] = [:]
+    private(set) var stoppingBudget = OwnerBudget()
+    /// When the look at them is armed (`nil`: it is not).
+    private var terminationStopsArmed: Int64?
+    /// How often a termination's processes are looked at for their stops: a stop takes
+    /// effect when the process next leaves the kernel, within microseconds but for a fork
+    /// or a system call under way.
+    static let terminationStopSpacing: Int64 = 1_000_000
+    /// How long a termination waits for its processes' stops at most.
+    static let terminationStopBound: Int64 = 1_000_000_000
     /// Processes left out of the action in progress because the owner could not signal them.
     var excluded: Set<Int32> = []
     /// Members left out of the action in progress because the daemon was out of descriptors
@@ -331,17 +354,87 @@ final class Enforcer {
         // the app's all the same.
         known.formUnion(pidfds.map(\.pid))
         pidfds += (held ?? []).dropFirst().filter { !known.contains($0.pid) && Self.owner(uid, maySignal: $0) }
-        for pidfd in pidfds {
-            if signal != Signal.kill { try? pidfd.send(signal: Signal.continue) }
-            try? pidfd.send(signal: signal)
+        let stopping = Stopping(uid: uid, command: command, signal: signal, pidfds: pidfds, cgroup: cgroup, since: now)
+        // A process app's tree (no cgroup to kill it whole): signalled once its stops took.
+        guard whole == nil, unit(app) == nil, !pidfds.isEmpty, stoppingBudget.allows(pidfds.count, for: uid, within: heldStopLimits)
+        else { return signalTermination(app, stopping) }
+        stoppingForSignal[app] = stopping
+        stoppingBudget.add(pidfds.count, for: uid)
+        armTerminationStops(at: now + Self.terminationStopSpacing)
+    }
+
+    /// Signals a termination's processes (`Stopping`) that their owner may still signal;
+    /// a catchable signal is followed by `SIGKILL` after the grace (`kill`).
+    private func signalTermination(_ app: ProcessIdentity, _ stopping: Stopping) {
+        for pidfd in stopping.pidfds where Self.owner(stopping.uid, maySignal: pidfd) {
+            if stopping.signal != Signal.kill { try? pidfd.send(signal: Signal.continue) }
+            try? pidfd.send(signal: stopping.signal)
         }
-        if signal != Signal.kill { terminating[app] = (pidfds, cgroup) }
+        if stopping.signal != Signal.kill { terminating[app] = (stopping.pidfds, stopping.cgroup) }
+    }
+
+    /// Signals the terminations whose processes have all stopped (`terminate`), each once
+    /// its processes' lists of children name none it does not hold: a fork under way as the
+    /// walk stopped its parent finishes after the stop (the kernel gives up a fork for a
+    /// fatal signal only), and its child joined the list after the walk read it; signalled
+    /// with its parent, that child lived on, re-parented (a python forking flat out, killed
+    /// 60 times: 1–10 children lived on). Such a child is stopped then, with what it forked
+    /// (a walk below each process held, each stopped before its children are read), and the
+    /// termination waits for its stop in turn. One not stopped within
+    /// `terminationStopBound` (continued by someone else, or in the kernel for long) is
+    /// signalled all the same, after that look. Without `waiting` (the daemon is stopping)
+    /// every termination is signalled now.
+    func signalStoppedTerminations(at now: Int64, waiting: Bool = true) {
+        terminationStopsArmed = nil
+        for app in Array(stoppingForSignal.keys) {
+            guard var stopping = stoppingForSignal[app] else { continue }
+            let late = !waiting || now - stopping.since >= Self.terminationStopBound
+            if !late, !stopping.pidfds.allSatisfy(Self.isPastFork) { continue }
+            let known = Set(stopping.pidfds.map(\.pid))
+            // A zombie not yet reaped is listed too, and not held: then the walk finds nothing.
+            if stopping.pidfds.contains(where: { pidfd in
+                !pidfd.hasExited && ProcessTree.children(of: pidfd.pid)?.contains { !known.contains($0) } ?? true
+            }) {
+                var walked: Set<Int32> = []
+                let found = stopBelow(stopping.pidfds, uid: stopping.uid, known: &walked).filter { !known.contains($0.pid) }
+                if !found.isEmpty {
+                    log(.notice, about: stopping.uid, "App \(app) (\(stopping.command)): pid \(found.map { String($0.pid) }.joined(separator: ", ")) forked as the app was terminated, after its walk; stopped now, and terminated with it")
+                    stopping.pidfds += found
+                    stoppingBudget.add(found.count, for: stopping.uid)
+                    stoppingForSignal[app] = stopping
+                    if !late { continue }  // their stops to take in turn
+                }
+                reportExcluded(app, uid: stopping.uid, command: stopping.command, action: "terminated")
+            }
+            signalTermination(app, takeStopping(app)!)
+        }
+        if !stoppingForSignal.isEmpty { armTerminationStops(at: now + Self.terminationStopSpacing) }
+    }
+
+    /// Whether a process is past any fork: stopped, or gone.
+    static func isPastFork(_ pidfd: Pidfd) -> Bool {
+        guard let stat = try? ProcStat.read(pid: pidfd.pid), !"TtZX".contains(stat.state) else { return true }
+        return pidfd.hasExited
+    }
+
+    private func takeStopping(_ app: ProcessIdentity) -> Stopping? {
+        guard let stopping = stoppingForSignal.removeValue(forKey: app) else { return nil }
+        stoppingBudget.remove(stopping.pidfds.count, for: stopping.uid)
+        return stopping
+    }
+
+    private func armTerminationStops(at instant: Int64) {
+        guard instant < (terminationStopsArmed ?? .max) else { return }
+        schedule(.terminationStops, instant)
+        terminationStopsArmed = instant
     }
 
     /// The grace after a catchable terminate signal ran out: `SIGKILL` whatever is left.
     /// (A termination begun by a previous daemon has no record here: its tree gets it.)
     func kill(_ app: ProcessIdentity, uid: UInt32) {
         defer { forgetLeftOut() }
+        // A grace shorter than the stops took: signalled now, killed below.
+        if let stopping = takeStopping(app) { signalTermination(app, stopping) }
         let record = terminating.removeValue(forKey: app) ?? ([], nil)
         try? record.cgroup?.kill()
         var survivors = record.pidfds.filter { !$0.hasExited }
@@ -812,15 +905,23 @@ final class Enforcer {
     /// tree, each process stopped before its children are read, as a walk does. Nothing if
     /// the walk reached nothing (the app's own process gone, or no longer the owner's).
     private func stopAgain(_ app: ProcessIdentity, kept: [Pidfd]?, uid: UInt32) -> [Pidfd] {
-        var stopped = stopTree(app, uid: uid)
+        let stopped = stopTree(app, uid: uid)
         guard let kept, !stopped.isEmpty else { return stopped }
         var known = Set(stopped.map(\.pid))
+        return stopped + stopBelow(kept.dropFirst(), uid: uid, known: &known)
+    }
+
+    /// Stops, below each of `processes` not `known` and not gone, that process's own tree,
+    /// each process stopped before its children are read (as a walk does; an unprivileged
+    /// owner's only what it could signal itself); returns what it stopped, now `known`.
+    private func stopBelow(_ processes: some Collection<Pidfd>, uid: UInt32, known: inout Set<Int32>) -> [Pidfd] {
+        var stopped: [Pidfd] = []
         var left: [Int32] = [], unopened: [Int32] = []
         defer {
             excluded.formUnion(left)
             unreached.formUnion(unopened)
         }
-        for pidfd in kept.dropFirst() where !known.contains(pidfd.pid) && !pidfd.hasExited {
+        for pidfd in processes where !known.contains(pidfd.pid) && !pidfd.hasExited {
             for member in ProcessTree.members(of: pidfd, owner: uid == 0 ? nil : uid, excluded: &left, unreached: &unopened,
                                               visit: { $0.pid == self.ownPID || $0.trySend(signal: Signal.stop) })
             where member.pid != ownPID && known.insert(member.pid).inserted {

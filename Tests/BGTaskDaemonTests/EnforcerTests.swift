@@ -50,6 +50,22 @@ import TestSupport
             return identity
         }
 
+        /// Terminates `app` as the daemon does: the signal goes once its processes' stops took
+        /// (`signalStoppedTerminations`, when the `terminationStops` wait falls due: here at
+        /// each of its spacings, until it has gone). Returns the instant it went.
+        @discardableResult
+        func terminate(_ app: ProcessIdentity, uid: UInt32, command: String = "sh", signal: Int32, at start: Int64) throws -> Int64 {
+            enforcer.terminate(app, uid: uid, command: command, signal: signal, at: start)
+            var at = start
+            try waitUntil("the termination signalled") {
+                guard enforcer.stoppingForSignal[app] != nil else { return true }
+                at += Enforcer.terminationStopSpacing
+                enforcer.signalStoppedTerminations(at: at)
+                return enforcer.stoppingForSignal[app] == nil
+            }
+            return at
+        }
+
         /// Runs the loop until `app`'s freeze wait is disarmed: the kernel's `frozen 1` read.
         func runUntilFreezeConfirmed(_ app: ProcessIdentity) throws {
             try waitUntil("the freeze wait disarmed") {
@@ -303,6 +319,66 @@ import TestSupport
         print("aChildForkedAsItsParentWasStoppedIsStoppedAtTheFirstCheck: \(missed) of 60 suspensions missed a child")
     }
 
+    /// A child of a fork under way as a termination's walk stopped its parent is on the
+    /// parent's list once the parent has stopped: the signal waits for that, and the child
+    /// is stopped and killed with the app. Signalled at once (before), it lived on,
+    /// re-parented, after 23 of 30 terminations: the walk visits the parent's 100 idle
+    /// children after it read its list, and the fork finishes meanwhile. Found by its
+    /// process group, which it keeps.
+    @Test func aChildForkedAsItsParentIsTerminatedIsKilledWithIt() throws {
+        let rig = try Rig()
+        var lived = 0, found = 0
+        for round in 0..<30 {
+            // 100 children first, idle: the walk visits them after it read their parent's list.
+            let forker = try Spawned("/usr/bin/python3", ["-c", """
+                import os, signal
+                os.setpgid(0, 0)
+                for _ in range(100):
+                    if os.fork() == 0:
+                        while True: signal.pause()
+                """ + "\n" + forkingFlatOut])
+            defer { forker.killTree() }
+            try forker.expectLine("ready")
+            let app = try rig.app(forker)
+            let start = Int64(round) * 2 * Enforcer.terminationStopBound
+            let at = try rig.terminate(app, uid: 0, command: "python3", signal: SIGKILL, at: start)
+            #expect(at - start < Enforcer.terminationStopBound, "signalled for want of stops")
+            try waitUntil("the app's own process gone") { forker.pidfd.hasExited }
+            try? waitUntil("the app's processes gone (round \(round), \(lived) lived on)", timeout: 1) {
+                processes(inGroup: forker.pid).isEmpty
+            }
+            let left = processes(inGroup: forker.pid)
+            lived += left.count
+            for process in left { try? process.send(signal: SIGKILL) }
+        }
+        found = rig.logged.count { $0.contains("forked as the app was terminated, after its walk") }
+        print("aChildForkedAsItsParentIsTerminatedIsKilledWithIt: \(found) of 30 terminations found a child after the walk")
+        #expect(lived == 0)
+        #expect(rig.enforcer.stoppingBudget.total == 0)
+    }
+
+    /// uid 65534's app, its termination waiting for its stops: its child, continued by
+    /// someone else, runs a setuid-root program meanwhile and is root's when the wait ends
+    /// (for want of its stop). The app's own process is killed; root's process is not.
+    @Test(.enabled(if: getuid() == 0, "needs root: setpriv to uid 65534 and a setuid-root helper"))
+    func aProcessThatBecameRootWhileItsTerminationWaitedIsNotSignalled() throws {
+        let rig = try Rig()
+        let tree = try AppBecomingRoot()
+        let (shell, child) = (tree.shell, tree.child)
+        let app = try rig.app(shell)
+        rig.enforcer.terminate(app, uid: 65534, command: "sh", signal: SIGKILL, at: 0)
+        try waitUntil("the app and its child stopped") { processState(shell.pid) == "T" && processState(child.pid) == "T" }
+        try child.send(signal: SIGCONT)
+        try tree.childBecomesRoot()
+        rig.enforcer.signalStoppedTerminations(at: Enforcer.terminationStopSpacing)
+        #expect(rig.enforcer.stoppingForSignal[app] != nil)  // the child runs
+        rig.enforcer.signalStoppedTerminations(at: Enforcer.terminationStopBound)
+        #expect(rig.enforcer.stoppingForSignal.isEmpty)
+        try waitUntil("the app's own process killed") { shell.pidfd.hasExited }
+        try? waitUntil("the child killed too (it must not be)", timeout: 0.5) { child.hasExited }
+        #expect(!child.hasExited)
+    }
+
     /// A kept process that became another user's (it ran a setuid program) after someone else
     /// continued it is no longer the app's: a check that finds it running does not count the
     /// app resumed (and would stop it again, and log so, at every check).
@@ -357,6 +433,22 @@ import TestSupport
         for (app, uid) in [(second, UInt32(65534)), (roots, 0), (third, 65534)] { rig.enforcer.resume(app, uid: uid, at: 2) }
         try waitUntil("every one running") { shells.allSatisfy { processTree(of: $0.pidfd).allSatisfy { $0.state != "T" } } }
         #expect(rig.enforcer.heldStops.isEmpty)
+        // So is what terminations hold while their stops take: uid 65534's second app past
+        // its share is signalled at once, root's waits.
+        for (app, uid) in [(first, UInt32(65534)), (second, 65534), (roots, 0)] {
+            rig.enforcer.terminate(app, uid: uid, command: "sh", signal: SIGKILL, at: 3)
+        }
+        #expect(Set(rig.enforcer.stoppingForSignal.keys) == [first, roots])
+        #expect(rig.enforcer.stoppingBudget.byUser[65534] == 2 && rig.enforcer.stoppingBudget.total == 4)
+        try waitUntil("the second app killed") { shells[1].pidfd.hasExited }
+        var at: Int64 = 3
+        try waitUntil("the others signalled") {
+            at += Enforcer.terminationStopSpacing
+            rig.enforcer.signalStoppedTerminations(at: at)
+            return rig.enforcer.stoppingForSignal.isEmpty
+        }
+        #expect(rig.enforcer.stoppingBudget.total == 0)
+        try waitUntil("both killed") { shells[0].pidfd.hasExited && shells[2].pidfd.hasExited }
     }
 
     /// A walked app's suspension holds what its walk opened (`ProcessTree.Memory`), through
@@ -546,7 +638,7 @@ import TestSupport
         try waitUntil("every process of the app stopped") { processTree(of: shell.pidfd).allSatisfy { $0.state == "T" } }
         #expect(try !cgroup.isFrozen())
         #expect(processState(stranger.pid) != "T")
-        rig.enforcer.terminate(app, uid: 0, command: "sh", signal: Signal.kill, at: 1_000)
+        try rig.terminate(app, uid: 0, signal: Signal.kill, at: 1_000)
         #expect(Spawned.terminatingSignal(try shell.wait(timeout: 5)) == SIGKILL)
         #expect(rig.enforcer.terminating[app] == nil)
         try waitUntil("only the stranger left") { try cgroup.processes() == [stranger.pid] }
@@ -656,7 +748,7 @@ import TestSupport
         try shell.expectLine("ready")
         try waitUntil("its child") { processTree(of: shell.pidfd).count == 2 }
         let app = try rig.app(shell)
-        rig.enforcer.terminate(app, uid: 0, command: "sh", signal: SIGTERM, at: 0)
+        try rig.terminate(app, uid: 0, signal: SIGTERM, at: 0)
         #expect(rig.enforcer.terminating[app]?.cgroup == cgroup)
         let line = try #require(try shell.readLine(timeout: 5))
         let escaped = try Pidfd.open(pid: try #require(Int32(line.dropFirst("escaped ".count))))

@@ -215,6 +215,27 @@ public func processTree(of root: Pidfd) -> [ProcStat] {
     ProcessTree.members(of: root).compactMap { try? ProcStat.read(pid: $0.pid) }
 }
 
+/// The live processes (zombies left out) of process group `group`, wherever they were
+/// re-parented to: a group outlives its leader while it has members, and its id is not
+/// given to another process meanwhile. Each held by a pidfd opened, then checked to be in
+/// the group still.
+public func processes(inGroup group: Int32) -> [Pidfd] {
+    func member(_ pid: Int32) -> Bool {
+        let fd = open("/proc/\(pid)/stat", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var bytes = [UInt8](repeating: 0, count: 1024)
+        let count = read(fd, &bytes, bytes.count)
+        let text = String(decoding: bytes.prefix(max(0, count)), as: UTF8.self)
+        guard let end = text.lastIndex(of: ")") else { return false }
+        // After the command: state, parent, process group.
+        let fields = text[text.index(after: end)...].split(separator: " ")
+        return fields.count > 2 && fields[0] != "Z" && fields[0] != "X" && Int32(fields[2]) == group
+    }
+    return ProcessTree.directoryNames("/proc").compactMap { Int32($0) }.filter { $0 > 1 && $0 != getpid() && member($0) }
+        .compactMap { pid in (try? Pidfd.open(pid: pid)).flatMap { member(pid) ? $0 : nil } }
+}
+
 /// A python program (`python3 -c`) that says "ready", then forks flat out, each child
 /// (pausing for ever) killed and reaped at once: a signal to it often comes in a fork.
 /// Each fork copies the page tables of the 128 MiB it holds touched, so a fork lasts: the
