@@ -98,6 +98,12 @@ extension BackgroundModel {
     /// `0` turns warnings off.) The quota may be overspent by at most this much.
     public static let minimumGrace = Duration.seconds(1)
 
+    /// How long a `SIGKILL` termination waits for the app's processes to stop at most: the
+    /// daemon sends the signal once they have (a fork under way finished, its child on its
+    /// parent's list), within a millisecond or so; one continued by someone else, or in the
+    /// kernel for long, is killed at this bound all the same.
+    public static let terminationStopBound = Duration.seconds(1)
+
     /// A period of `length` (budget, quota or window), no shorter than rule 7a allows.
     static func periodLength(_ length: Duration, _ settings: Configuration) -> Duration {
         max(length, min(minimumGrace, settings.expirationWarning))
@@ -260,7 +266,8 @@ extension BackgroundModel {
     }
 
     /// Terminates an app: its tasks expire (or end), it is forgotten, and the daemon signals
-    /// it. A catchable signal is followed by `SIGKILL` after `TerminateGraceSec`.
+    /// it. A catchable signal is followed by `SIGKILL` after `TerminateGraceSec`; `SIGKILL`
+    /// itself by a `kill` after `terminationStopBound`.
     mutating func terminateNow(_ app: ProcessIdentity, reason: ActionReason, at now: Instant, effects: inout [Effect]) {
         guard let record = apps[app] else { return }
         let signal = settings(record).terminateSignal
@@ -279,10 +286,12 @@ extension BackgroundModel {
         }
         if !expired.isEmpty { effects.append(.lifecycle(app, uid: record.uid, .taskExpired(expired))) }
         removeApp(app, at: now)
-        if signal != .kill {
-            terminating[app] = Termination(killAt: now + settings(record).terminateGrace, uid: record.uid)
-            timers.insert(.kill(app), at: now + settings(record).terminateGrace)
-        }
+        // `SIGKILL` is the daemon's to send once the app's processes have stopped (a process
+        // app's: `Enforcer.signalStoppedTerminations`), and is sent at this `kill` at the latest;
+        // a daemon restarted meanwhile kills what its predecessor left stopped.
+        let killAt = now + (signal == .kill ? Self.terminationStopBound : settings(record).terminateGrace)
+        terminating[app] = Termination(killAt: killAt, uid: record.uid)
+        timers.insert(.kill(app), at: killAt)
         effects.append(.act(AppActionRecord(app: app, uid: record.uid, command: record.command, unit: record.unit,
                                             action: .terminated, reason: reason,
                                             taskNames: History.bounded(names)), signal: signal))

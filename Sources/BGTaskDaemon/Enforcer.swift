@@ -167,8 +167,6 @@ final class Enforcer {
     /// effect when the process next leaves the kernel, within microseconds but for a fork
     /// or a system call under way.
     static let terminationStopSpacing: Int64 = 1_000_000
-    /// How long a termination waits for its processes' stops at most.
-    static let terminationStopBound: Int64 = 1_000_000_000
     /// Processes left out of the action in progress because the owner could not signal them.
     var excluded: Set<Int32> = []
     /// Members left out of the action in progress because the daemon was out of descriptors
@@ -377,19 +375,18 @@ final class Enforcer {
     /// its processes' lists of children name none it does not hold: a fork under way as the
     /// walk stopped its parent finishes after the stop (the kernel gives up a fork for a
     /// fatal signal only), and its child joined the list after the walk read it; signalled
-    /// with its parent, that child lived on, re-parented (a python forking flat out, killed
-    /// 60 times: 1–10 children lived on). Such a child is stopped then, with what it forked
-    /// (a walk below each process held, each stopped before its children are read), and the
-    /// termination waits for its stop in turn. One not stopped within
-    /// `terminationStopBound` (continued by someone else, or in the kernel for long) is
-    /// signalled all the same, after that look. Without `waiting` (the daemon is stopping)
-    /// every termination is signalled now.
+    /// with its parent, that child lived on, re-parented (a python forking beside 100 idle
+    /// children, terminated 30 times: 23 lived on). Such a child is stopped then, with what it
+    /// forked (a walk below each process held, each stopped before its children are read),
+    /// and the termination waits for its stop in turn. A termination whose processes have
+    /// not all stopped (one continued by someone else, or in the kernel for long) is
+    /// signalled all the same by `kill`, at the model's `terminationStopBound`. Without
+    /// `waiting` (the daemon is stopping) every termination is looked at and signalled now.
     func signalStoppedTerminations(at now: Int64, waiting: Bool = true) {
         terminationStopsArmed = nil
         for app in Array(stoppingForSignal.keys) {
             guard var stopping = stoppingForSignal[app] else { continue }
-            let late = !waiting || now - stopping.since >= Self.terminationStopBound
-            if !late, !stopping.pidfds.allSatisfy(Self.isPastFork) { continue }
+            if waiting, !stopping.pidfds.allSatisfy(Self.isPastFork) { continue }
             let known = Set(stopping.pidfds.map(\.pid))
             // A zombie not yet reaped is listed too, and not held: then the walk finds nothing.
             if stopping.pidfds.contains(where: { pidfd in
@@ -402,7 +399,7 @@ final class Enforcer {
                     stopping.pidfds += found
                     stoppingBudget.add(found.count, for: stopping.uid)
                     stoppingForSignal[app] = stopping
-                    if !late { continue }  // their stops to take in turn
+                    if waiting { continue }  // their stops to take in turn
                 }
                 reportExcluded(app, uid: stopping.uid, command: stopping.command, action: "terminated")
             }
@@ -433,8 +430,12 @@ final class Enforcer {
     /// (A termination begun by a previous daemon has no record here: its tree gets it.)
     func kill(_ app: ProcessIdentity, uid: UInt32) {
         defer { forgetLeftOut() }
-        // A grace shorter than the stops took: signalled now, killed below.
-        if let stopping = takeStopping(app) { signalTermination(app, stopping) }
+        // Its processes not all stopped by the bound (a `SIGKILL` termination's kill), or a
+        // grace shorter than their stops took: signalled now, killed below.
+        if let stopping = takeStopping(app) {
+            log(.notice, about: uid, "App \(app) (\(stopping.command)): not every process of it had stopped when its \(stopping.signal == Signal.kill ? "termination's bound" : "terminate grace") ran out; signalled all the same")
+            signalTermination(app, stopping)
+        }
         let record = terminating.removeValue(forKey: app) ?? ([], nil)
         try? record.cgroup?.kill()
         var survivors = record.pidfds.filter { !$0.hasExited }

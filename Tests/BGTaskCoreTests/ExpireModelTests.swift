@@ -22,6 +22,8 @@ import Testing
         #expect(harness.take().actions.isEmpty)
         harness.at(7)  // the new deadline, with the task still held
         #expect(harness.take().actions.map(\.1) == [.assertionsBeyondPermittedTime])
+        harness.at(8)  // the termination's bound
+        #expect(harness.take() == [.kill(app, uid: 1000), .unwatch(app)])
         harness.at(30)  // the old deadline's timers are stale
         #expect(harness.take().isEmpty)
     }

@@ -232,8 +232,14 @@ import Testing
         #expect(terminations.first?.1 == .kill)
         #expect(effects.lifecycle == [.taskExpired([id])])
         #expect(effects.finishedTasks.map { $0.1 } == [.expired])
-        #expect(effects.contains(.unwatch(app)))
         #expect(h.state(app) == nil && h.model.taskCount == 0)
+        // Watched until the kill that bounds the wait for its processes' stops (the daemon
+        // sends SIGKILL once they have stopped): what a restarted daemon kills.
+        #expect(!effects.contains(.unwatch(app)))
+        h.at(30.05 + BackgroundModel.terminationStopBound.seconds - 0.001)
+        #expect(h.take().isEmpty)
+        h.at(30.05 + BackgroundModel.terminationStopBound.seconds)
+        #expect(h.take() == [.kill(app, uid: 1000), .unwatch(app)])
     }
 
     // Rule 8

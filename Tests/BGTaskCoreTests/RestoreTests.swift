@@ -128,6 +128,25 @@ import Testing
         #expect(restored.state(apps["foreground"]!) == .foreground)
     }
 
+    /// A `SIGKILL` termination waits for the app's processes to stop (the daemon sends it
+    /// once they have); a daemon restarted before it went kills what was left stopped: the
+    /// restored model watches the app, and says `kill` at the bound.
+    @Test func aKillUnderWayIsFinishedByARestartedDaemon() throws {
+        var h = ModelHarness { $0.terminateSignal = .kill }
+        let app = try h.app(pid: 100)
+        h.at(1)
+        try h.model.terminate(app, at: h.now, effects: &h.effects)
+        var restored = ModelHarness()
+        restored.model = BackgroundModel(configuration: h.model.configuration, seed: 7)
+        restored.now = .seconds(1.5)
+        restored.model.restore(h.model.savedState(), at: restored.now, effects: &restored.effects)
+        #expect(restored.take().contains(.watch(app)))
+        restored.at(1 + BackgroundModel.terminationStopBound.seconds - 0.001)
+        #expect(restored.take().isEmpty)
+        restored.at(1 + BackgroundModel.terminationStopBound.seconds)
+        #expect(restored.take() == [.kill(app, uid: 1000), .unwatch(app)])
+    }
+
     @Test func aRestartEndsConnectionTasksAndTransitions() throws {
         var h = ModelHarness()
         let app = try h.app(pid: 100, subscribed: true)
