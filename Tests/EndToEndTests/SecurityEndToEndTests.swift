@@ -247,6 +247,44 @@ struct SecurityEndToEndTests {
         print("aChildForkedAsAWalkedAppIsSuspendedIsStoppedToo: found in round \(rounds)")
     }
 
+    /// The same fork under way as uid 65534's walked app is terminated (`bgtaskctl
+    /// terminate` by the user): its child joined its parent's list after the walk read it,
+    /// and, signalled with its parent at once, lived on re-parented (the enforcer's test: 23
+    /// of 30). The daemon kills the app once its processes have stopped, that child with it.
+    /// Rounds (a new app each) until the daemon has found one so; no process of any round's
+    /// app (its process group) lives on.
+    @Test func aChildForkedAsAWalkedAppIsTerminatedIsKilledWithIt() throws {
+        let daemon = try TestDaemon(wrapper: ["/usr/bin/unshare", "--net", "--"])  // no connector: a walked tree
+        let found = { daemon.log().contains { $0.contains("forked as the app was terminated, after its walk") } }
+        var rounds = 0, lived = 0
+        while rounds < 10, !found() {
+            rounds += 1
+            // 100 idle children first: the walk visits them after it read their parent's list.
+            let app = try Spawned("/usr/bin/setpriv", ["--reuid=\(Intruder.uid)", "--regid=\(Intruder.uid)", "--clear-groups",
+                                                       "/usr/bin/python3", "-c", """
+                import os, signal
+                os.setpgid(0, 0)
+                for _ in range(100):
+                    if os.fork() == 0:
+                        while True: signal.pause()
+                """ + "\n" + forkingFlatOut])
+            defer { app.killTree() }
+            try app.expectLine("ready")
+            #expect(try daemon.ctl(["foreground", String(app.pid)], asUser: Intruder.uid).0 == 0)  // an app now
+            #expect(try daemon.ctl(["terminate", String(app.pid)], asUser: Intruder.uid).0 == 0)
+            try waitUntil("the app killed (round \(rounds))") { app.pidfd.hasExited }
+            try? waitUntil("its processes gone (round \(rounds), \(lived) lived on before)", timeout: 2) {
+                processes(inGroup: app.pid).isEmpty
+            }
+            let left = processes(inGroup: app.pid)
+            lived += left.count
+            for process in left { try? process.send(signal: SIGKILL) }
+        }
+        #expect(found(), "no child forked as the app was terminated in \(rounds) rounds")
+        #expect(lived == 0)
+        print("aChildForkedAsAWalkedAppIsTerminatedIsKilledWithIt: found in round \(rounds)")
+    }
+
     /// A walked app's next suspension reads the lists of children its last walk held
     /// (`ProcessTree.Memory`): what uid 65534's app forked while it ran, between two of its
     /// suspensions through the daemon, is stopped with it.
