@@ -355,6 +355,39 @@ import TestSupport
         #expect(rig.enforcer.stoppingBudget.total == 0)
     }
 
+    /// A termination waiting for a process kept running (continued as it was stopped: its
+    /// owner's doing, say) costs bounded work: it is looked at after twice as long each
+    /// time, and a process found stopped is not read again (counted by the kernel: this
+    /// thread's reads).
+    @Test func aTerminationWaitingForAStopLooksLessOftenAndReadsOnlyWhatHasNotStopped() throws {
+        let rig = try Rig()
+        let shell = try Spawned("/bin/sh", ["-c", "for i in $(seq 20); do sleep 1000 & done; sleep 1000 & echo $!; wait"])
+        defer { shell.killTree() }
+        let line = try shell.readLine(timeout: 5)
+        let last = try #require(line.flatMap { Int32($0) })
+        try waitUntil("its sleeps") { processTree(of: shell.pidfd).count == 22 }
+        let app = try rig.app(shell)
+        rig.enforcer.terminate(app, uid: 0, command: "sh", signal: SIGKILL, at: 0)
+        try waitUntil("all stopped") { processTree(of: shell.pidfd).allSatisfy { $0.state == "T" } }
+        let running = try Pidfd.open(pid: last)  // the walk's last
+        try running.send(signal: SIGCONT)
+        try waitUntil("the last sleep running") { processState(last) != "T" }
+        func reads() throws -> Int { try readCalls("/proc/thread-self/io") }
+        let overhead = try { let before = try reads(); return try reads() - before }()
+        var looks: [Int] = []
+        for _ in 0..<6 {
+            let instant = try #require(rig.scheduled.last { $0.0 == .terminationStops }?.1)
+            let before = try reads()
+            rig.enforcer.signalStoppedTerminations(at: instant)
+            looks.append(try reads() - before - overhead)
+        }
+        #expect(rig.scheduled.filter { $0.0 == .terminationStops }.map(\.1) == [1, 2, 4, 8, 16, 32, 64].map { $0 * 1_000_000 })
+        // The first look read the 21 stopped and the running one; the others, the running one.
+        #expect(looks[0] >= 22 && looks.dropFirst().allSatisfy { $0 <= 2 }, "reads of each look: \(looks)")
+        rig.enforcer.kill(app, uid: 0)  // the model's, at the bound
+        try waitUntil("all killed") { shell.pidfd.hasExited && running.hasExited }
+    }
+
     /// uid 65534's app, its termination waiting for its stops: its child, continued by
     /// someone else, runs a setuid-root program meanwhile and is root's when the wait ends
     /// (at the model's bound, for want of its stop). The app's own process is killed; root's
