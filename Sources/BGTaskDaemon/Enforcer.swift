@@ -450,10 +450,12 @@ final class Enforcer {
     func kill(_ app: ProcessIdentity, uid: UInt32) {
         defer { forgetLeftOut() }
         // Its processes not all stopped by the bound (a `SIGKILL` termination's kill), or a
-        // grace shorter than their stops took: signalled now, killed below.
+        // grace shorter than their stops took: signalled now (`SIGKILL`: that is all; a
+        // catchable signal is followed by `SIGKILL` below).
         if let stopping = takeStopping(app) {
             log(.notice, about: uid, "App \(app) (\(stopping.command)): not every process of it had stopped when its \(stopping.signal == Signal.kill ? "termination's bound" : "terminate grace") ran out; signalled all the same")
             signalTermination(app, stopping)
+            if stopping.signal == Signal.kill { return }
         }
         let record = terminating.removeValue(forKey: app) ?? ([], nil)
         try? record.cgroup?.kill()

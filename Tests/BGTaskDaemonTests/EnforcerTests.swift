@@ -358,7 +358,7 @@ import TestSupport
     /// A termination waiting for a process kept running (continued as it was stopped: its
     /// owner's doing, say) costs bounded work: it is looked at after twice as long each
     /// time, and a process found stopped is not read again (counted by the kernel: this
-    /// thread's reads).
+    /// thread's reads). A daemon that stops signals it at once.
     @Test func aTerminationWaitingForAStopLooksLessOftenAndReadsOnlyWhatHasNotStopped() throws {
         let rig = try Rig()
         let shell = try Spawned("/bin/sh", ["-c", "for i in $(seq 20); do sleep 1000 & done; sleep 1000 & echo $!; wait"])
@@ -384,7 +384,8 @@ import TestSupport
         #expect(rig.scheduled.filter { $0.0 == .terminationStops }.map(\.1) == [1, 2, 4, 8, 16, 32, 64].map { $0 * 1_000_000 })
         // The first look read the 21 stopped and the running one; the others, the running one.
         #expect(looks[0] >= 22 && looks.dropFirst().allSatisfy { $0 <= 2 }, "reads of each look: \(looks)")
-        rig.enforcer.kill(app, uid: 0)  // the model's, at the bound
+        rig.enforcer.signalStoppedTerminations(at: 65_000_000, waiting: false)  // a stopping daemon's
+        #expect(rig.enforcer.stoppingForSignal.isEmpty)
         try waitUntil("all killed") { shell.pidfd.hasExited && running.hasExited }
     }
 
