@@ -329,25 +329,13 @@ import TestSupport
         let rig = try Rig()
         var lived = 0, found = 0
         for round in 0..<30 {
-            // 100 children first, idle: the walk visits them after it read their parent's list.
-            let forker = try Spawned("/usr/bin/python3", ["-c", """
-                import os, signal
-                os.setpgid(0, 0)
-                for _ in range(100):
-                    if os.fork() == 0:
-                        while True: signal.pause()
-                """ + "\n" + forkingFlatOut])
+            let forker = try Spawned("/usr/bin/python3", ["-c", forkingBesideIdleChildren])
             defer { forker.killTree() }
             try forker.expectLine("ready")
             let app = try rig.app(forker)
             try rig.terminate(app, uid: 0, command: "python3", signal: SIGKILL, at: Int64(round) * 1_000_000_000)
             try waitUntil("the app's own process gone") { forker.pidfd.hasExited }
-            try? waitUntil("the app's processes gone (round \(round), \(lived) lived on)", timeout: 1) {
-                processes(inGroup: forker.pid).isEmpty
-            }
-            let left = processes(inGroup: forker.pid)
-            lived += left.count
-            for process in left { try? process.send(signal: SIGKILL) }
+            lived += killedLeftovers(inGroup: forker.pid, timeout: 1)
         }
         found = rig.logged.count { $0.contains("forked as the app was terminated, after its walk") }
         print("aChildForkedAsItsParentIsTerminatedIsKilledWithIt: \(found) of 30 terminations found a child after the walk")

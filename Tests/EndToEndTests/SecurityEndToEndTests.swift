@@ -259,26 +259,14 @@ struct SecurityEndToEndTests {
         var rounds = 0, lived = 0
         while rounds < 10, !found() {
             rounds += 1
-            // 100 idle children first: the walk visits them after it read their parent's list.
             let app = try Spawned("/usr/bin/setpriv", ["--reuid=\(Intruder.uid)", "--regid=\(Intruder.uid)", "--clear-groups",
-                                                       "/usr/bin/python3", "-c", """
-                import os, signal
-                os.setpgid(0, 0)
-                for _ in range(100):
-                    if os.fork() == 0:
-                        while True: signal.pause()
-                """ + "\n" + forkingFlatOut])
+                                                       "/usr/bin/python3", "-c", forkingBesideIdleChildren])
             defer { app.killTree() }
             try app.expectLine("ready")
             #expect(try daemon.ctl(["foreground", String(app.pid)], asUser: Intruder.uid).0 == 0)  // an app now
             #expect(try daemon.ctl(["terminate", String(app.pid)], asUser: Intruder.uid).0 == 0)
             try waitUntil("the app killed (round \(rounds))") { app.pidfd.hasExited }
-            try? waitUntil("its processes gone (round \(rounds), \(lived) lived on before)", timeout: 2) {
-                processes(inGroup: app.pid).isEmpty
-            }
-            let left = processes(inGroup: app.pid)
-            lived += left.count
-            for process in left { try? process.send(signal: SIGKILL) }
+            lived += killedLeftovers(inGroup: app.pid, timeout: 2)
         }
         #expect(found(), "no child forked as the app was terminated in \(rounds) rounds")
         #expect(lived == 0)

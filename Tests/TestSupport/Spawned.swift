@@ -236,6 +236,15 @@ public func processes(inGroup group: Int32) -> [Pidfd] {
         .compactMap { pid in (try? Pidfd.open(pid: pid)).flatMap { member(pid) ? $0 : nil } }
 }
 
+/// How many live processes of process group `group` are left once `timeout` has passed
+/// (or none is), each then killed: what outlived a termination of the group's leader.
+public func killedLeftovers(inGroup group: Int32, timeout: Double) -> Int {
+    try? waitUntil("process group \(group) gone", timeout: timeout) { processes(inGroup: group).isEmpty }
+    let left = processes(inGroup: group)
+    for process in left { try? process.send(signal: SIGKILL) }
+    return left.count
+}
+
 /// A python program (`python3 -c`) that says "ready", then forks flat out, each child
 /// (pausing for ever) killed and reaped at once: a signal to it often comes in a fork.
 /// Each fork copies the page tables of the 128 MiB it holds touched, so a fork lasts: the
@@ -252,6 +261,18 @@ public let forkingFlatOut = """
         os.kill(child, signal.SIGKILL)
         os.waitpid(child, 0)
     """
+
+/// `forkingFlatOut` in a process group of its own, after forking 100 children that pause
+/// for ever: a walk visits those after it read their parent's list, so a fork under way as
+/// it stopped the parent has long to finish before the walk's end (a termination signalled
+/// at once left its child living after 23 of 30).
+public let forkingBesideIdleChildren = """
+    import os, signal
+    os.setpgid(0, 0)
+    for _ in range(100):
+        if os.fork() == 0:
+            while True: signal.pause()
+    """ + "\n" + forkingFlatOut
 
 /// What this machine lets a test do, checked once.
 public enum Capabilities {
