@@ -414,11 +414,13 @@ final class Enforcer {
                 let found = stopBelow(stopping.pidfds, uid: stopping.uid, known: &walked).filter { !known.contains($0.pid) }
                 if !found.isEmpty {
                     log(.notice, about: stopping.uid, "App \(app) (\(stopping.command)): pid \(found.map { String($0.pid) }.joined(separator: ", ")) forked as the app was terminated, after its walk; stopped now, and terminated with it")
+                    // Their stops to take in turn, within the owner's share (past it, signalled now).
+                    let wait = waiting && stoppingBudget.allows(found.count, for: stopping.uid, within: heldStopLimits)
                     stopping.pidfds += found
                     stoppingBudget.add(found.count, for: stopping.uid)
                     stopping.next = now + stopping.spacing
                     stoppingForSignal[app] = stopping
-                    if waiting { continue }  // their stops to take in turn
+                    if wait { continue }
                 }
                 reportExcluded(app, uid: stopping.uid, command: stopping.command, action: "terminated")
             }
