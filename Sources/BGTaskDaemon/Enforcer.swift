@@ -405,11 +405,8 @@ final class Enforcer {
                 stoppingForSignal[app] = stopping
                 continue
             }
-            let known = Set(stopping.pidfds.map(\.pid))
-            // A zombie not yet reaped is listed too, and not held: then the walk finds nothing.
-            if stopping.pidfds.contains(where: { pidfd in
-                !pidfd.hasExited && ProcessTree.children(of: pidfd.pid)?.contains { !known.contains($0) } ?? true
-            }) {
+            if listsNameOthers(of: app, stopping.pidfds) {
+                let known = Set(stopping.pidfds.map(\.pid))
                 var walked: Set<Int32> = []
                 let found = stopBelow(stopping.pidfds, uid: stopping.uid, known: &walked).filter { !known.contains($0.pid) }
                 if !found.isEmpty {
@@ -426,7 +423,7 @@ final class Enforcer {
             }
             signalTermination(app, takeStopping(app)!)
         }
-        if let next = stoppingForSignal.values.map(\.next).min() { armTerminationStops(at: next) }
+        if let next = stoppingForSignal.values.lazy.map(\.next).min() { armTerminationStops(at: next) }
     }
 
     /// Whether a process is past any fork: stopped, or gone.
@@ -911,17 +908,27 @@ final class Enforcer {
     /// more, for the forks of what this one found), if it found a process the suspension
     /// did not keep; nil if not.
     private func forkedWhileStopped(_ app: ProcessIdentity, kept: [Pidfd], uid: UInt32) -> [Pidfd]? {
+        guard listsNameOthers(of: app, kept) else { return nil }
         let known = Set(kept.map(\.pid))
-        // Read through the files the suspension's walk held, where it did.
-        let memory = walkMemories[app]?.memory
-        func children(of pidfd: Pidfd) -> [Int32]? { memory.map { $0.children(of: pidfd) } ?? ProcessTree.children(of: pidfd.pid) }
-        // A zombie not yet reaped is listed too, and not kept: then a walk finds nothing.
-        guard kept.contains(where: { children(of: $0)?.contains { !known.contains($0) } ?? true }) else { return nil }
         let walked = stopTree(app, uid: uid)
         let found = walked.filter { !known.contains($0.pid) }
         guard let record = suspended[app], !found.isEmpty else { return nil }
         log(.notice, about: record.uid, "App \(app) (\(record.command)): pid \(found.map { String($0.pid) }.joined(separator: ", ")) forked as the app was suspended, after its walk; stopped now")
         return walked
+    }
+
+    /// Whether the lists of children of `processes` (each stopped, so past any fork) name a
+    /// process not among them: the child of a fork under way as a walk stopped its parent.
+    /// Read through the files the app's walks held, where they hold the process (a list read
+    /// by path for the others; one that cannot be read counts as naming one). A zombie not
+    /// yet reaped is listed too: then the walk this leads to finds nothing new.
+    private func listsNameOthers(of app: ProcessIdentity, _ processes: [Pidfd]) -> Bool {
+        let known = Set(processes.map(\.pid))
+        let memory = walkMemories[app]?.memory
+        return processes.contains { pidfd in
+            let children = memory.map { $0.children(of: pidfd) } ?? ProcessTree.children(of: pidfd.pid)
+            return children?.contains { !known.contains($0) } ?? true
+        }
     }
 
     /// Stops the app again after a stray `SIGCONT`: its tree (`stopTree`), then, below each
