@@ -144,8 +144,9 @@ final class Enforcer {
     /// A 200-window session of two processes a window keeps 400. The stat files held for
     /// tracked apps' checks (`trackedStats`) are bounded alike, apart.
     var heldStopLimits = (all: Enforcer.maximumHeldStops, perUser: Enforcer.maximumHeldStops / 2)
-    /// Apps sent a catchable signal: what to `SIGKILL` when the grace runs out.
-    var terminating: [ProcessIdentity: (pidfds: [Pidfd], cgroup: Cgroup?)] = [:]
+    /// Apps sent a catchable signal: what to `SIGKILL` when the grace runs out; the cgroup
+    /// with the instance it was (`Cgroup.instance`), killed whole only if it still is.
+    var terminating: [ProcessIdentity: (pidfds: [Pidfd], cgroup: Cgroup?, instance: Cgroup.Instance?)] = [:]
     /// A process app's termination whose walk stopped its processes: the signal waits for
     /// the stops to take (`signalStoppedTerminations`).
     struct Stopping {
@@ -374,7 +375,7 @@ final class Enforcer {
             if stopping.signal != Signal.kill { try? pidfd.send(signal: Signal.continue) }
             try? pidfd.send(signal: stopping.signal)
         }
-        if stopping.signal != Signal.kill { terminating[app] = (stopping.pidfds, stopping.cgroup) }
+        if stopping.signal != Signal.kill { terminating[app] = (stopping.pidfds, stopping.cgroup, stopping.cgroup?.instance()) }
     }
 
     /// Signals the terminations whose processes have all stopped (`terminate`), each once
@@ -456,10 +457,21 @@ final class Enforcer {
             signalTermination(app, stopping)
             if stopping.signal == Signal.kill { return }
         }
-        let record = terminating.removeValue(forKey: app) ?? ([], nil)
-        try? record.cgroup?.kill()
+        let record = terminating.removeValue(forKey: app) ?? ([], nil, nil)
         var survivors = record.pidfds.filter { !$0.hasExited }
-        survivors += stopTree(app, uid: uid)  // and anything the main process forked meanwhile
+        if let cgroup = record.cgroup, let instance = record.instance, cgroup.instance() != instance {
+            // Not the cgroup the app was terminated in: its unit's manager started the unit
+            // again within the grace (`Restart=`), a new app that nobody terminated. What
+            // was signalled is killed, and what it forked since; not the cgroup whole.
+            var known: Set<Int32> = []
+            survivors = stopBelow(survivors, uid: uid, known: &known)
+            log(.notice, about: uid, "App \(app): \(cgroup.directory) was started again within its terminate grace; SIGKILL to the \(survivors.count) process(es) left of those signalled and what they forked, not to the cgroup")
+        } else {
+            try? record.cgroup?.kill()
+            // And anything the main process forked meanwhile (gone, it has no tree to walk:
+            // a unit's walk would be of its cgroup, started again there maybe).
+            if let root = root(app), !root.hasExited { survivors += stopTree(app, uid: uid) }
+        }
         for pidfd in survivors { try? pidfd.send(signal: Signal.kill) }
         if !survivors.isEmpty {
             log(.warning, about: uid, "App \(app) still had \(survivors.count) process(es) after the terminate grace; sent SIGKILL")

@@ -278,6 +278,26 @@ public struct Cgroup: Equatable, Sendable {
         return st.st_uid
     }
 
+    /// Which cgroup is at this path now: its directory's inode (the kernel's cgroup id, never
+    /// reused while the machine runs) and, where systemd set it, the invocation of its unit
+    /// (`user.invocation_id`; `trusted.` needs `CAP_SYS_ADMIN`). systemd makes a service's
+    /// cgroup again when the service starts again (systemd 252), and starts it in the one it
+    /// had, with a new invocation, when processes were left in it. `nil`: none there.
+    /// `stat(2)`, `getxattr(2)`
+    public func instance() -> Instance? {
+        var st = stat()
+        guard stat(directory, &st) == 0 else { return nil }
+        var id = [UInt8](repeating: 0, count: 64)
+        let length = getxattr(directory, "user.invocation_id", &id, id.count)
+        return Instance(inode: UInt64(st.st_ino), invocation: length > 0 ? Array(id.prefix(length)) : nil)
+    }
+
+    /// A cgroup at its path (`instance()`): another one there is another instance of its unit.
+    public struct Instance: Equatable, Sendable {
+        public let inode: UInt64
+        public let invocation: [UInt8]?
+    }
+
     /// Kills every process in the subtree with `SIGKILL`, atomically. `cgroup.kill`
     public func kill() throws(Errno) {
         try write("1", to: "cgroup.kill")

@@ -15,6 +15,7 @@
 #include <sys/signalfd.h>
 #include <sys/timerfd.h>
 #include <sys/vfs.h>
+#include <sys/xattr.h>
 #include <spawn.h>
 #include <errno.h>
 #include <fcntl.h>

@@ -782,6 +782,88 @@ import TestSupport
         try waitUntil("the cgroup empty") { try cgroup.processes().isEmpty }
     }
 
+    /// A unit's manager may start the unit again within a catchable termination's grace: in a
+    /// cgroup made again at its path (systemd 252 does, for `Restart=`), or, with a process
+    /// left in it, in the same one with a new `user.invocation_id`. That is another app, which
+    /// nobody terminated: the grace's `kill` leaves it running, and kills what was signalled
+    /// (a child that ignores `SIGTERM`) and what that forked since. (It killed the cgroup
+    /// whole, the new instance with it.)
+    @Test(.enabled(if: Capabilities.cgroupsWritable, "needs a writable cgroup v2 hierarchy (root)"), arguments: [false, true])
+    func aUnitStartedAgainWithinItsGraceIsNotKilled(leftInIt: Bool) throws {
+        let rig = try Rig()
+        let unit = try makeCgroup("again-\(leftInIt).service")
+        defer { remove(unit, below: []) }
+        try setInvocation(of: unit, "first")
+        // The unit's main process ends on SIGTERM; the child left ignores it, and forks when told.
+        let left = "trap '' TERM; trap 'sleep 1000 & echo forked $!' USR1; echo left $$; while :; do sleep 1000 & wait $!; done"
+        let shell = try Spawned("/bin/sh", ["-c", "echo $$ > \(unit.directory)/cgroup.procs; "
+            + (leftInIt ? "sh -c \"$1\" & " : "sleep 1000 & ") + "echo ready; wait", "sh", left])
+        // "ready" and, from the child, "left PID", in either order.
+        let lines = try (0..<(leftInIt ? 2 : 1)).map { _ in try #require(try shell.readLine(timeout: 5)) }
+        #expect(lines.contains("ready"))
+        let leftPID = lines.lazy.compactMap { $0.hasPrefix("left ") ? Int32($0.dropFirst("left ".count)) : nil }.first
+        #expect((leftPID != nil) == leftInIt)
+        try waitUntil("the unit's processes") { try unit.processes().count == (leftInIt ? 3 : 2) }
+        let app = try rig.app(shell)
+        rig.enforcer.adopt(app, unitPath: unit.path)
+        rig.enforcer.terminate(app, uid: 0, command: "sh", signal: SIGTERM, at: 0)
+        #expect(Spawned.terminatingSignal(try shell.wait(timeout: 5)) == SIGTERM)
+        // Started again: in the cgroup made anew (the same invocation id, so that only the
+        // directory differs), or beside what was left, with a new invocation.
+        var forked: Pidfd?
+        if let leftPID {
+            try setInvocation(of: unit, "second")
+            let leftover = try Pidfd.open(pid: leftPID)
+            try leftover.send(signal: SIGUSR1)
+            forked = try Pidfd.open(pid: try #require(try shell.readLine(timeout: 5).flatMap { Int32($0.dropFirst("forked ".count)) }))
+        } else {
+            try waitUntil("the unit empty") { try unit.processes().isEmpty }
+            try systemCall("rmdir") { rmdir(unit.directory) }
+            try systemCall("mkdir") { mkdir(unit.directory, 0o755) }
+            try setInvocation(of: unit, "first")
+        }
+        let again = try self.shell(in: unit)
+        rig.enforcer.kill(app, uid: 0)
+        #expect(rig.logged.contains { $0.contains("\(unit.directory) was started again within its terminate grace") })
+        if let leftPID, let forked {
+            try waitUntil("the child left and what it forked killed") {
+                forked.hasExited && (try? ProcStat.read(pid: leftPID)).map { "ZX".contains($0.state) } != false
+            }
+        }
+        // The new instance lives: given half a second to die (bounded), it did not.
+        try? waitUntil("the new instance killed", timeout: 0.5) { again.hasExited }
+        #expect(!again.hasExited)
+        #expect(processTree(of: again.pidfd).count == 2)
+    }
+
+    /// The `kill` at a `SIGKILL` termination's bound, for a unit app whose own process is
+    /// gone but whose exit the daemon has not read yet (the two due in one pass): its tree is
+    /// not walked, for a unit's would be the unit's cgroup, where its manager may have started
+    /// it again meanwhile.
+    @Test(.enabled(if: Capabilities.cgroupsWritable, "needs a writable cgroup v2 hierarchy (root)"))
+    func aUnitsKillAtTheBoundAfterItsProcessIsGoneWalksNothing() throws {
+        let rig = try Rig()
+        let unit = try makeCgroup("bound.service")
+        defer { remove(unit, below: []) }
+        let shell = try self.shell(in: unit)
+        let app = try rig.app(shell)
+        rig.enforcer.adopt(app, unitPath: unit.path)
+        rig.enforcer.terminate(app, uid: 0, command: "sh", signal: SIGKILL, at: 0)
+        #expect(Spawned.terminatingSignal(try shell.wait(timeout: 5)) == SIGKILL)
+        try waitUntil("the unit empty") { try unit.processes().isEmpty }
+        let again = try self.shell(in: unit)
+        rig.enforcer.kill(app, uid: 0)
+        try? waitUntil("the new instance killed", timeout: 0.5) { again.hasExited }  // bounded: it must not come
+        #expect(!again.hasExited)
+    }
+
+    /// Sets `user.invocation_id` on `cgroup`, as systemd does on a unit's at each start.
+    func setInvocation(of cgroup: Cgroup, _ id: String) throws {
+        let python = try Spawned("/usr/bin/python3", ["-c", "import os, sys; os.setxattr(sys.argv[1], 'user.invocation_id', sys.argv[2].encode())",
+                                                      cgroup.directory, id])
+        #expect(try python.wait(timeout: 5) == 0)
+    }
+
     /// A freeze the kernel completes inside the write (every process below is frozen already)
     /// is confirmed by cgroup.events' report, though nothing is read at the freeze. (kernfs
     /// reports changes after the file's open; the daemon opens it before the write.)

@@ -246,5 +246,26 @@ else
 fi
 systemctl stop bgtaskd-iso.service
 
+# A unit app terminated with a catchable signal, its service started again by systemd
+# (Restart=always) within the grace: the new instance is another app, which the grace's
+# SIGKILL leaves running (systemd 252 makes the service's cgroup again; a cgroup.kill of
+# that path at the grace's end killed the new instance).
+term=/run/bgtaskd-term/io.bgtaskd
+systemd-run --unit=bgtaskd-term --quiet /opt/bgtaskd/sbin/bgtaskd --socket "$term" --set TerminateSignal=SIGTERM --set TerminateGraceSec=1s
+systemd-run --unit=bgtaskd-restarting --quiet -p Restart=always -p RestartSec=100ms /bin/sleep 600
+restarting_pid() { systemctl show -p MainPID --value bgtaskd-restarting.service; }
+until_true 5 test -S "$term"
+first=$(restarting_pid)
+started_again() { again=$(restarting_pid); [ "$again" != 0 ] && [ "$again" != "$first" ]; }
+if [ "$first" != 0 ] && "$ctl" --socket "$term" background --unit bgtaskd-restarting.service >/dev/null \
+   && "$ctl" --socket "$term" terminate --unit bgtaskd-restarting.service && until_true 5 started_again \
+   && until_true 5 sh -c "journalctl -u bgtaskd-term --no-pager | grep -q 'bgtaskd-restarting.service was started again within its terminate grace'" \
+   && [ "$(restarting_pid)" = "$again" ] && kill -0 "$again"; then
+    ok unit-started-again-outlives-the-grace
+else
+    fail unit-started-again-outlives-the-grace "first $first, again ${again:-none}, now $(restarting_pid); $(journalctl -u bgtaskd-term --no-pager | tail -3 | tr '\n' ' ')"
+fi
+systemctl stop bgtaskd-restarting.service bgtaskd-term.service
+
 kill "$monitor" 2>/dev/null
 echo done >> "$out"
