@@ -282,13 +282,14 @@ public struct Cgroup: Equatable, Sendable {
     /// reused while the machine runs) and, where systemd set it, the invocation of its unit
     /// (`user.invocation_id`; `trusted.` needs `CAP_SYS_ADMIN`). systemd makes a service's
     /// cgroup again when the service starts again (systemd 252), and starts it in the one it
-    /// had, with a new invocation, when processes were left in it. `nil`: none there.
-    /// `stat(2)`, `getxattr(2)`
+    /// had, with a new invocation, when processes were left in it. The invocation counts only
+    /// on a cgroup root owns: the user a cgroup is delegated to can set its own (uid 65534
+    /// did, on its unit's). `nil`: none there. `stat(2)`, `getxattr(2)`
     public func instance() -> Instance? {
         var st = stat()
         guard stat(directory, &st) == 0 else { return nil }
         var id = [UInt8](repeating: 0, count: 64)
-        let length = getxattr(directory, "user.invocation_id", &id, id.count)
+        let length = st.st_uid == 0 ? getxattr(directory, "user.invocation_id", &id, id.count) : -1
         return Instance(inode: UInt64(st.st_ino), invocation: length > 0 ? Array(id.prefix(length)) : nil)
     }
 

@@ -836,6 +836,41 @@ import TestSupport
         #expect(processTree(of: again.pidfd).count == 2)
     }
 
+    /// The user a unit is delegated to can set its cgroup's `user.invocation_id` too: uid
+    /// 65534, its unit app terminated with `SIGTERM`, sets a new one and double-forks a sleep
+    /// out of the tree of what is left. That is no new instance: the grace's `kill` ends the
+    /// cgroup whole, that sleep with it. (Trusted, the new id made the sleep outlive it.)
+    @Test(.enabled(if: Capabilities.cgroupsWritable, "needs a writable cgroup v2 hierarchy (root)"))
+    func aUsersOwnInvocationIDDoesNotSpareItsUnit() throws {
+        let rig = try Rig()
+        let unit = try makeCgroup("forged.service")
+        defer { remove(unit, below: []) }
+        // Delegated as systemd delegates: the directory and the files its user may write.
+        for path in [unit.directory] + ["cgroup.procs", "cgroup.freeze", "cgroup.kill", "cgroup.subtree_control", "cgroup.threads"].map({ unit.directory + "/" + $0 }) {
+            try systemCall("chown") { chown(path, 65534, 65534) }
+        }
+        try setInvocation(of: unit, "first")
+        let left = "trap '' TERM; trap '(sleep 1000 & echo escaped $!)' USR1; echo left $$; while :; do sleep 1000 & wait $!; done"
+        let shell = try Spawned("/bin/sh", ["-c", "echo $$ > \(unit.directory)/cgroup.procs; exec setpriv --reuid=65534 --regid=65534 --clear-groups "
+            + "/bin/sh -c 'sh -c \"$1\" & echo ready; wait' sh \"$1\"", "sh", left])
+        let lines = try (0..<2).map { _ in try #require(try shell.readLine(timeout: 5)) }
+        let leftover = try Pidfd.open(pid: try #require(lines.lazy.compactMap { $0.hasPrefix("left ") ? Int32($0.dropFirst(5)) : nil }.first))
+        try waitUntil("the unit's processes") { try unit.processes().count == 3 }
+        let app = try rig.app(shell)
+        rig.enforcer.adopt(app, unitPath: unit.path)
+        rig.enforcer.terminate(app, uid: 65534, command: "sh", signal: SIGTERM, at: 0)
+        #expect(Spawned.terminatingSignal(try shell.wait(timeout: 5)) == SIGTERM)
+        let python = try Spawned("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c",
+                                                      "import os, sys; os.setxattr(sys.argv[1], 'user.invocation_id', b'forged')", unit.directory])
+        #expect(try python.wait(timeout: 5) == 0)
+        try leftover.send(signal: SIGUSR1)
+        let escaped = try Pidfd.open(pid: try #require(try shell.readLine(timeout: 5).flatMap { Int32($0.dropFirst("escaped ".count)) }))
+        try waitUntil("out of the tree") { !processTree(of: leftover).contains { $0.pid == escaped.pid } }
+        rig.enforcer.kill(app, uid: 65534)
+        #expect(!rig.logged.contains { $0.contains("was started again within its terminate grace") })
+        try waitUntil("the escaped sleep killed with the unit") { escaped.hasExited }
+    }
+
     /// The `kill` at a `SIGKILL` termination's bound, for a unit app whose own process is
     /// gone but whose exit the daemon has not read yet (the two due in one pass): its tree is
     /// not walked, for a unit's would be the unit's cgroup, where its manager may have started
