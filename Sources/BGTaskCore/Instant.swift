@@ -37,10 +37,22 @@ public struct Instant: Hashable, Comparable, Sendable, CustomStringConvertible {
 }
 
 extension Duration {
-    /// The duration in whole nanoseconds (saturating; durations here are far below 292 years).
-    /// From `attoseconds`, not `components`: that getter divides a 128-bit number by 10^18
-    /// out of line, ~190 instructions, and ran several times per call (callgrind); this is ~45.
-    public var nanoseconds: Int64 { Int64(clamping: attoseconds / 1_000_000_000) }
+    /// The duration in whole nanoseconds, truncated toward zero (saturating; durations here
+    /// are far below 292 years). From `attoseconds`, not `components`: that getter divides
+    /// a 128-bit number by 10^18 out of line, ~190 instructions, and ran several times per
+    /// call (callgrind). Nor `attoseconds / 10^9`: a 128-bit division out of line too
+    /// (`__divti3`, ~45 instructions, five a call). The magnitude's two 64-bit halves
+    /// divided instead, each by the constant (a multiplication), with 2^64 = 10^9 ·
+    /// 18,446,744,073 + 709,551,616: below 2^63 nanoseconds no sum overflows.
+    public var nanoseconds: Int64 {
+        let attoseconds = attoseconds
+        let magnitude = attoseconds.magnitude
+        let high = UInt64(truncatingIfNeeded: magnitude >> 64), low = UInt64(truncatingIfNeeded: magnitude)
+        guard high < 500_000_000 else { return attoseconds < 0 ? .min : .max }  // 2^63 ns or more
+        let quotient = high &* 18_446_744_073 &+ low / 1_000_000_000
+            &+ (high &* 709_551_616 &+ low % 1_000_000_000) / 1_000_000_000
+        return attoseconds < 0 ? -Int64(quotient) : Int64(quotient)
+    }
 
     /// The duration in seconds, as the protocol reports it.
     public var seconds: Double { Double(nanoseconds) / 1e9 }
