@@ -459,7 +459,7 @@ final class Enforcer {
         }
         let record = terminating.removeValue(forKey: app) ?? ([], nil, nil)
         var survivors = record.pidfds.filter { !$0.hasExited }
-        if let cgroup = record.cgroup, let instance = record.instance, cgroup.instance() != instance {
+        if let cgroup = record.cgroup, let instance = record.instance, let now = cgroup.instance(), now != instance {
             // Not the cgroup the app was terminated in: its unit's manager started the unit
             // again within the grace (`Restart=`), a new app that nobody terminated. What
             // was signalled is killed, and what it forked since; not the cgroup whole.
