@@ -472,6 +472,9 @@ final class Enforcer {
             // a unit's walk would be of its cgroup, started again there maybe).
             if let root = root(app), !root.hasExited { survivors += stopTree(app, uid: uid) }
         }
+        // Only what the owner may still signal: a process of the app may have become
+        // another user's during the grace (a setuid program), as at the signal itself.
+        survivors.removeAll { !Self.owner(uid, maySignal: $0) }
         for pidfd in survivors { try? pidfd.send(signal: Signal.kill) }
         if !survivors.isEmpty {
             log(.warning, about: uid, "App \(app) still had \(survivors.count) process(es) after the terminate grace; sent SIGKILL")

@@ -112,12 +112,14 @@ import TestSupport
     final class AppBecomingRoot {
         let directory: String, becoming: BecomingRoot, shell: Spawned, child: Pidfd
 
-        init() throws {
+        /// `ignoringTerminate`: both ignore `SIGTERM` (the shell sets it so before starting the child).
+        init(ignoringTerminate: Bool = false) throws {
             directory = try temporaryDirectory("bgtaskd-enforcer")
             chmod(directory, 0o755)
             becoming = try BecomingRoot(in: directory)
             let shell = try Spawned("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "/bin/sh", "-c",
-                                                         "\"$@\" & echo ready; wait", "app", "/usr/bin/python3", "-c", becoming.program])
+                                                         (ignoringTerminate ? "trap '' TERM; " : "") + "\"$@\" & echo ready; wait",
+                                                         "app", "/usr/bin/python3", "-c", becoming.program])
             var below: [Pidfd] = []
             do {
                 try shell.expectLine("ready")
@@ -396,6 +398,24 @@ import TestSupport
         rig.enforcer.kill(app, uid: 65534)  // the model's, at the bound
         #expect(rig.enforcer.stoppingForSignal.isEmpty)
         #expect(rig.logged.contains { $0.contains("not every process of it had stopped when its termination's bound ran out") })
+        try waitUntil("the app's own process killed") { shell.pidfd.hasExited }
+        try? waitUntil("the child killed too (it must not be)", timeout: 0.5) { child.hasExited }
+        #expect(!child.hasExited)
+    }
+
+    /// uid 65534's app terminated with `SIGTERM`, which it ignores: during the grace its child
+    /// runs a setuid-root program, and is root's when the grace runs out. The grace's `SIGKILL`
+    /// reaches the app's own process, not root's.
+    @Test(.enabled(if: getuid() == 0, "needs root: setpriv to uid 65534 and a setuid-root helper"))
+    func aProcessThatBecameRootDuringTheGraceIsNotKilled() throws {
+        let rig = try Rig()
+        let tree = try AppBecomingRoot(ignoringTerminate: true)
+        let (shell, child) = (tree.shell, tree.child)
+        let app = try rig.app(shell)
+        _ = try rig.terminate(app, uid: 65534, signal: SIGTERM, at: 0)
+        #expect(rig.enforcer.terminating[app] != nil)
+        try tree.childBecomesRoot()
+        rig.enforcer.kill(app, uid: 65534)  // the grace's end
         try waitUntil("the app's own process killed") { shell.pidfd.hasExited }
         try? waitUntil("the child killed too (it must not be)", timeout: 0.5) { child.hasExited }
         #expect(!child.hasExited)
