@@ -39,3 +39,14 @@ extension BackgroundModel {
         var taskIDs: [TaskID] = []
     }
 }
+
+extension BackgroundModel.AppRecord {
+    /// Rule 5: in the background past its transition (and not woken), no task left, not
+    /// exempt: suspended now.
+    var idleInBackground: Bool {
+        state == .background && phase != .transition && phase != .woken && taskIDs.isEmpty && policyBox?.value.exempt != true
+    }
+
+    /// Whether its background time counts against a daily quota (`settleQuota`).
+    var countsQuota: Bool { policyBox?.value.dailyBackground != nil && quotaKey != nil }
+}

@@ -69,7 +69,7 @@ extension BackgroundModel {
     /// background changed. Cheap (and nothing) for apps without a quota.
     mutating func settleQuota(_ app: ProcessIdentity, at now: Instant) {
         // Most apps have no quota: asked of the record in place, before any copy.
-        guard apps.peek(app, { $0.policyBox?.value.dailyBackground != nil && $0.quotaKey != nil }) == true,
+        guard apps.peek(app, { $0.countsQuota }) == true,
               var record = apps[app], let key = record.quotaKey else { return }
         // A wake's window counts whole; otherwise time counts while a granted task is held.
         let holding = record.state == .background

@@ -28,13 +28,16 @@ extension BackgroundModel {
         let task = TaskRecord(id: id, app: app, uid: uid, owner: owner, connection: connection, name: name,
                               expirationHandler: expirationHandler, created: now,
                               grantAt: now + (policy.map { drawGrantLatency($0.value.configuration) } ?? drawGrantLatency(configuration)))
-        let watched = needsWatch(owner)
+        // The app's own process (the common case) is watched as the app, before and after:
+        // two look-ups of a table of every app spared (`needsWatch`).
+        let ownApp = owner == app
+        let watched = ownApp || needsWatch(owner)
         tasks[id] = task
         tasksPerUID[WordKey(uid), default: 0] += 1
         apps.update(app, saved: false) { $0.taskIDs.append(id) }
         tasksByOwner.insert(id, under: owner)
         if let connection { tasksByConnection.insert(id, under: connection) }
-        settleWatch(owner, before: watched, effects: &effects)
+        if !ownApp { settleWatch(owner, before: watched, effects: &effects) }
         timers.insert(.grant(id), at: task.grantAt)
         ageQueue.append((id, now))
         let snapshot = snapshot(task, at: now)
@@ -46,8 +49,9 @@ extension BackgroundModel {
     public mutating func endTask(_ id: TaskID, in app: ProcessIdentity, at now: Instant,
                                  effects: inout [Effect]) throws(BGTaskError) {
         guard let task = tasks[id], task.app == app else { throw .noSuchTask(id) }
-        finish(task, as: .ended, reason: .endedByApp, at: now, effects: &effects)
-        suspendIfIdle(app, at: now, effects: &effects)
+        if finish(task, as: .ended, reason: .endedByApp, at: now, effects: &effects) {
+            suspend(app, reason: .tasksEnded, at: now, effects: &effects)
+        }
     }
 
     /// `FinishBackgroundTransition` (rule 4): with no granted task the app is suspended and
@@ -81,13 +85,19 @@ extension BackgroundModel {
     /// inhibitor lock ends with its file descriptor.
     public mutating func connectionClosed(_ connection: ConnectionID, at now: Instant, effects: inout [Effect]) {
         guard let ids = tasksByConnection.removeValue(forKey: connection) else { return }
-        var affected: [ProcessIdentity] = []
+        // Each app with whether its last task ended left it idle (`finish`), suspended after
+        // all ended, in the order first met.
+        var affected: [(app: ProcessIdentity, idle: Bool)] = []
         for id in ids.sorted() {
             guard let task = tasks[id] else { continue }
-            finish(task, as: .ended, reason: .connectionClosed, at: now, effects: &effects)
-            if !affected.contains(task.app) { affected.append(task.app) }
+            let idle = finish(task, as: .ended, reason: .connectionClosed, at: now, effects: &effects)
+            if let index = affected.firstIndex(where: { $0.app == task.app }) {
+                affected[index].idle = idle
+            } else {
+                affected.append((task.app, idle))
+            }
         }
-        for app in affected { suspendIfIdle(app, at: now, effects: &effects) }
+        for (app, idle) in affected where idle { suspend(app, reason: .tasksEnded, at: now, effects: &effects) }
     }
 
     // MARK: Internals
@@ -118,7 +128,7 @@ extension BackgroundModel {
         // Read and changed in place: the getter's copy and the setter's write back were a
         // third of a grant (callgrind).
         guard let (app, state) = tasks.peek(id, { ($0.app, $0.state) }), state == .pending,
-              let warned = apps.peek(app, { $0.warned }),
+              let (warned, countsQuota) = apps.peek(app, { ($0.warned, $0.countsQuota) }),
               let (uid, connection) = tasks.update(id, { task in
                   task.state = warned ? .expiring : .granted
                   return (task.uid, task.connection)
@@ -132,19 +142,30 @@ extension BackgroundModel {
                                           command: apps[app]?.command, "granted")))
             }
         }
-        settleQuota(app, at: now)
+        if countsQuota { settleQuota(app, at: now) }
     }
 
     /// Removes an active task, telling its stream and subscribers why. The record is taken
     /// (`consuming`) and becomes the one reported: a copy of it was two thirds of a
     /// `TaskRecord` copy's ~100 instructions per end, retains of its strings included
-    /// (callgrind).
+    /// (callgrind). Returns whether the app is left idle in the background (rule 5:
+    /// `AppRecord.idleInBackground`), read with the record's change: the caller that
+    /// suspends it then looks it up no more.
+    @discardableResult
     mutating func finish(_ task: consuming TaskRecord, as state: TaskState, reason: TaskReason, at now: Instant,
-                         effects: inout [Effect]) {
+                         effects: inout [Effect]) -> Bool {
         var ended = task
         ended.state = state
         let id = ended.id, app = ended.app, owner = ended.owner, uid = ended.uid
-        let watched = needsWatch(owner)
+        // Each id is in its app's list once (`beginTask`): the first found is the only one.
+        // What the rest of the end needs of the record is read with the change (one look-up).
+        let left = apps.update(app, saved: false) { record in
+            if let index = record.taskIDs.firstIndex(of: id) { record.taskIDs.remove(at: index) }
+            return (countsQuota: record.countsQuota, idle: record.idleInBackground)
+        }
+        // The app's own process, its record there, is watched as the app before and after.
+        let ownApp = owner == app && left != nil
+        let watched = ownApp || needsWatch(owner)
         tasks[id] = nil
         if !launchesInFlight.isEmpty, let launch = launchesInFlight.removeValue(forKey: id),
            endedLaunches[app, default: []].count < Self.maximumEndedLaunches {
@@ -154,31 +175,25 @@ extension BackgroundModel {
             tasksPerUID.values[index] -= 1
             if tasksPerUID.values[index] <= 0 { tasksPerUID.remove(at: index) }
         }
-        // Each id is in its app's list once (`beginTask`): the first found is the only one.
-        apps.update(app, saved: false) { record in
-            if let index = record.taskIDs.firstIndex(of: id) { record.taskIDs.remove(at: index) }
-        }
         tasksByOwner.remove(id, under: owner)
         if let connection = ended.connection { tasksByConnection.remove(id, under: connection) }
-        settleWatch(owner, before: watched, effects: &effects)
+        if !ownApp { settleWatch(owner, before: watched, effects: &effects) }
         if !ended.ageWarned { forgetAgeEntry() }
         if state == .denied { effects.append(.lifecycle(app, uid: uid, .taskDenied(id, reason))) }
         reportChange(of: ended, reason: reason, at: now, effects: &effects)
-        settleQuota(app, at: now)
-        if state == .ended, !debugLogging { return }
+        if left?.countsQuota == true { settleQuota(app, at: now) }
+        let idle = left?.idle == true
+        if state == .ended, !debugLogging { return idle }
         let kind: LogKind = state == .denied ? .taskDenied : state == .expired ? .taskExpired : .taskEnded
         let verb = state == .denied ? "denied" : state == .expired ? "expired" : "ended"
         effects.append(.log(.task(kind, state == .ended ? .debug : .notice, id, name: ended.name, app: app, uid: uid,
                                   command: apps[app]?.command, "\(verb): \(reason.rawValue)", reason: reason)))
+        return idle
     }
 
     /// Rule 5: a background app past its transition whose last task ended is suspended.
     mutating func suspendIfIdle(_ app: ProcessIdentity, at now: Instant, effects: inout [Effect]) {
-        let idle = apps.peek(app) { record in
-            record.state == .background && record.phase != .transition && record.phase != .woken && record.taskIDs.isEmpty
-                && record.policyBox?.value.exempt != true
-        }
-        guard idle == true else { return }
+        guard apps.peek(app, { $0.idleInBackground }) == true else { return }
         suspend(app, reason: .tasksEnded, at: now, effects: &effects)
     }
 

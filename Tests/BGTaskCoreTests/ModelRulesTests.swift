@@ -309,6 +309,23 @@ import Testing
         #expect(h.model.uid(of: helper) == nil)
     }
 
+    /// A helper's watch lasts while it holds a task: its last task's end lets it go. The
+    /// app's own process is watched as the app, whatever its tasks do.
+    @Test func aHelpersLastEndUnwatchesItAndTheAppsOwnTasksNeverDo() throws {
+        var h = ModelHarness()
+        let app = try h.app()
+        let helper = h.process(pid: 101, ancestors: [app]).identity
+        _ = h.take()
+        let own = try h.begin(app, "own")
+        let byHelper = try h.begin(app, "helper", owner: helper)
+        #expect(h.take().filter { $0 == .watch(helper) || $0 == .watch(app) || $0 == .unwatch(app) } == [.watch(helper)])
+        try h.end(byHelper, in: app)
+        #expect(h.take().filter { $0 == .unwatch(helper) }.count == 1)
+        try h.end(own, in: app)
+        #expect(!h.take().contains { $0 == .watch(app) || $0 == .unwatch(app) })
+        #expect(h.model.uid(of: helper) == nil && h.model.uid(of: app) == 1000)
+    }
+
     /// Without a monitor (`reportsEveryTaskChange` off), only a streamed task's changes are
     /// listed: nobody else hears of them.
     @Test func taskChangesAreListedForTheirStreamOrForEveryTaskWhenAsked() throws {
@@ -339,6 +356,27 @@ import Testing
         h.model.connectionClosed(ConnectionID(7), at: h.now, effects: &h.effects)
         #expect(h.take().finishedTasks.map { "\($0.0) \($0.2!)" } == ["\(streamed) connectionClosed"])
         #expect(h.taskState(plain) == .granted)
+    }
+
+    /// Rule 5 through a closed connection: the app whose last tasks it held is suspended
+    /// once, after all of them ended; an app with a task left keeps running.
+    @Test func closingTheConnectionOfTheLastTasksSuspendsTheAppOnce() throws {
+        var h = ModelHarness()
+        let idle = try h.app(pid: 100), busy = try h.app(pid: 200)
+        try h.begin(idle, "first", connection: ConnectionID(7))
+        try h.begin(idle, "second", connection: ConnectionID(7))
+        try h.begin(busy, "streamed", connection: ConnectionID(8))
+        let left = try h.begin(busy, "plain")
+        h.at(0.05)
+        try h.background(idle)
+        try h.background(busy)
+        _ = h.take()
+        h.model.connectionClosed(ConnectionID(7), at: h.now, effects: &h.effects)
+        #expect(h.take().actions.map { "\($0.0) \($0.1)" } == ["suspended tasksEnded"])
+        #expect(h.state(idle) == .suspended)
+        h.model.connectionClosed(ConnectionID(8), at: h.now, effects: &h.effects)
+        #expect(h.take().actions.isEmpty)
+        #expect(h.state(busy) == .background && h.taskState(left) == .granted)
     }
 
     @Test func endingAnotherAppsTaskIsNoSuchTaskAndChangesNothing() throws {

@@ -189,6 +189,25 @@ import Testing
         #expect(harness.model.snapshot(of: app, at: harness.now)?.backgroundQuotaRemaining == .seconds(7))
     }
 
+    /// Counting follows what is held as it changes without a suspension between: it stops
+    /// when the last granted task ends while another waits for its grant, and starts again
+    /// at that grant (each settled with the end's and the grant's own change of the record).
+    @Test mutating func countingStopsAtAnEndAndStartsAgainAtTheNextGrant() throws {
+        var harness = Self.harness()
+        let app = try self.app(&harness, pid: 100)
+        let first = try harness.begin(app)
+        harness.at(0.5)  // granted
+        harness.at(1)
+        try harness.background(app)
+        harness.at(3)
+        let second = try harness.begin(app)  // pending until 3.05
+        try harness.end(first, in: app)  // 2 s held (1 to 3); nothing granted now
+        #expect(harness.taskState(second) == .pending && harness.state(app) == .background)
+        harness.at(3.05)  // granted: held again from here
+        harness.at(6.05)
+        #expect(harness.model.quotaRemaining(of: app, at: harness.now) == .seconds(5))
+    }
+
     /// An app with the quota, holding a task, moved to the background at instant 1.
     mutating func heldInTheBackground(_ harness: inout ModelHarness) throws -> ProcessIdentity {
         let app = try self.app(&harness, pid: 100)
