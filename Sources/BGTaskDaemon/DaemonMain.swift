@@ -58,6 +58,9 @@ public enum DaemonMain {
         let directory = parent(of: path)
         try FileSystem.makeDirectories(directory)
         try FileSystem.requireOwnDirectory(directory)
+        for name in UnixSocket.removeStaleStagingNames(in: directory) {
+            Journal.log(priority: 5, message: "Removed \(directory)/\(name), a socket left by a bgtaskd killed while it was starting")
+        }
         if FileSystem.exists(path) {
             if UnixSocket.isAnswering(path: path) {
                 throw Errno.addressInUse("another bgtaskd is answering at \(path)")

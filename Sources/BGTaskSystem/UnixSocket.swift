@@ -57,7 +57,7 @@ public enum UnixSocket {
             count += 1
             return count
         }
-        let temporary = directory + ".bgtaskd-\(getpid())-\(number)"
+        let temporary = directory + stagingPrefix + "\(getpid())-\(number)"
         let staged = !path.isEmpty && temporary.utf8.count <= maximumPathLength
         let bound = staged ? temporary : path
         if staged { unlink(temporary) }  // left by a process of this pid that was killed here
@@ -75,6 +75,41 @@ public enum UnixSocket {
         }
         return fd
     }
+
+    /// Removes the sockets `listen` left under its staging names (`.bgtaskd-PID-N`) in
+    /// `directory`: a process killed between its bind and its rename leaves one (a daemon
+    /// starting again under another pid never reuses the name). Only a socket, and only of a
+    /// process that is gone (`pidfd_open` says `ESRCH`): a name of a live process may be
+    /// binding now, or its pid was reused; a file left there is harmless, a listener's name
+    /// removed under it would not be. For a directory nobody else can write (the daemon's:
+    /// `FileSystem.requireOwnDirectory`). Returns the names removed.
+    @discardableResult
+    public static func removeStaleStagingNames(in directory: String) -> [String] {
+        guard let dir = opendir(directory) else { return [] }
+        defer { closedir(dir) }
+        let at = dirfd(dir)
+        var removed: [String] = []
+        while let entry = readdir(dir) {
+            let name = entryName(entry)
+            guard name.hasPrefix(stagingPrefix) else { continue }
+            let parts = name.dropFirst(stagingPrefix.count).split(separator: "-", omittingEmptySubsequences: false)
+            guard parts.count == 2, let pid = Int32(parts[0]), pid > 1, UInt64(parts[1]) != nil else { continue }
+            let probe = pidfd_open(pid, 0)
+            if probe >= 0 {
+                Glibc.close(probe)
+                continue  // alive
+            }
+            guard errno == ESRCH else { continue }
+            var status = stat()
+            guard fstatat(at, name, &status, AT_SYMLINK_NOFOLLOW) == 0, status.st_mode & S_IFMT == S_IFSOCK,
+                  unlinkat(at, name, 0) == 0 else { continue }
+            removed.append(name)
+        }
+        return removed
+    }
+
+    /// The start of the names `listen` binds under before renaming.
+    static let stagingPrefix = ".bgtaskd-"
 
     /// Numbers the names `listen` binds under before renaming: one process may listen on many
     /// sockets, from several threads (a test process does), and two alike would unlink each

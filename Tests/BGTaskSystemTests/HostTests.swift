@@ -157,6 +157,35 @@ import TestSupport
         }
     }
 
+    /// A pid that was a process's and is no more: a child run and reaped (pids are handed
+    /// out in turn up to `pid_max`: not another's again within the test).
+    static func deadPid() throws -> Int32 {
+        let child = Process()
+        child.executableURL = URL(fileURLWithPath: "/bin/true")
+        try child.run()
+        child.waitUntilExit()
+        return child.processIdentifier
+    }
+
+    /// What a process killed between its bind and its rename left (a socket under its
+    /// staging name) is removed, and nothing else: not a live process's name (it may be
+    /// binding now), not a file that is no socket, not a name of another shape.
+    @Test func aStagingSocketOfAProcessGoneIsRemovedAndNothingElse() throws {
+        let directory = try temporaryDirectory("bgtask-staging")
+        let dead = try Self.deadPid()
+        let stale = ".bgtaskd-\(dead)-1", live = ".bgtaskd-\(getpid())-77", notSocket = ".bgtaskd-\(dead)-2",
+            odd = ".bgtaskd-\(dead)-x", other = "io.bgtaskd"
+        for name in [stale, live, odd, other] { try UnixSocket.listen(path: directory + "/" + name).close() }
+        #expect(creat(directory + "/" + notSocket, 0o600) >= 0)
+        defer {
+            for name in [stale, live, notSocket, odd, other] { unlink(directory + "/" + name) }
+            rmdir(directory)
+        }
+        #expect(UnixSocket.removeStaleStagingNames(in: directory) == [stale])
+        #expect(ProcessTree.directoryNames(directory).sorted() == [live, notSocket, odd, other].sorted())
+        #expect(UnixSocket.removeStaleStagingNames(in: directory).isEmpty)
+    }
+
     /// The process's umask (`/proc/self/status`, which reads it without setting it).
     static func processUmask() throws -> UInt32 {
         let text = String(decoding: try readFile("/proc/self/status"), as: UTF8.self)

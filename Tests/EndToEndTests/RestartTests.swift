@@ -297,6 +297,20 @@ import Varlink
         return true
     }
 
+    /// A daemon killed between binding its socket and renaming it into place leaves the
+    /// socket under its staging name: the next daemon on that directory removes it and says
+    /// so.
+    @Test func aStagingSocketLeftByAKilledDaemonIsRemovedAtTheNextStart() throws {
+        let daemon = try TestDaemon()
+        try daemon.crash()
+        let gone = daemon.process.pid  // killed and reaped: as one killed while it started
+        let stale = daemon.directory + "/.bgtaskd-\(gone)-1"
+        try UnixSocket.listen(path: stale).close()
+        let restarted = try daemon.restart()
+        #expect(!FileSystem.exists(stale))
+        #expect(restarted.logged { $0.contains("Removed \(stale), a socket left by a bgtaskd killed while it was starting") })
+    }
+
     @Test func aSecondDaemonOnTheSameStateIsRefusedAndABadFileIsSetAside() throws {
         let daemon = try TestDaemon()
         let second = try Spawned(Binaries.path("bgtaskd"), ["--socket", daemon.directory + "/other"],
