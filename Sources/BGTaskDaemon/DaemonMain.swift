@@ -59,7 +59,8 @@ public enum DaemonMain {
         try FileSystem.makeDirectories(directory)
         try FileSystem.requireOwnDirectory(directory)
         for name in UnixSocket.removeStaleStagingNames(in: directory) {
-            Journal.log(priority: 5, message: "Removed \(directory)/\(name), a socket left by a bgtaskd killed while it was starting")
+            Journal.log(priority: LogEntry.Priority.notice.rawValue,
+                        message: "Removed \(directory)/\(name), a socket left by a bgtaskd killed while it was starting".cEscaped)
         }
         if FileSystem.exists(path) {
             if UnixSocket.isAnswering(path: path) {
