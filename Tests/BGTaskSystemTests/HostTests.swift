@@ -176,7 +176,9 @@ import TestSupport
         let stale = ".bgtaskd-\(dead)-1", live = ".bgtaskd-\(getpid())-77", notSocket = ".bgtaskd-\(dead)-2",
             odd = ".bgtaskd-\(dead)-x", other = "io.bgtaskd"
         for name in [stale, live, odd, other] { try UnixSocket.listen(path: directory + "/" + name).close() }
-        #expect(creat(directory + "/" + notSocket, 0o600) >= 0)
+        let file = creat(directory + "/" + notSocket, 0o600)
+        #expect(file >= 0)
+        close(file)
         defer {
             for name in [stale, live, notSocket, odd, other] { unlink(directory + "/" + name) }
             rmdir(directory)
