@@ -7,18 +7,48 @@
 /// looked up several times per call.
 struct ChangeTracked<Key: HashWord, Value> {
     private var dictionary: [WordKey<Key>: Value] = [:]
-    private var changed: Set<WordKey<Key>> = []
+    /// The keys written since the last `clearChanges()`, each once, in the order first
+    /// written: `changed[..<changedCount]` (the entries past it are stale, kept so that
+    /// starting afresh is one store: `removeAll(keepingCapacity:)` went through the array's
+    /// generic `replaceSubrange`). A call writes a key or two: they are found by a look along
+    /// this list, and only past `scannedChanges` keys (a burst's pass) by `changedSet`
+    /// beside it. A set alone was hashed, inserted into and cleared on every call (~300
+    /// instructions of the pinned Begin+End's, callgrind).
+    private var changed: [Key] = []
+    private(set) var changedCount = 0
+    private var changedSet: Set<WordKey<Key>> = []
+
+    /// The most keys looked for along `changed` before `changedSet` is kept.
+    static var scannedChanges: Int { 8 }
+
+    /// Notes `key` as written, once.
+    private mutating func note(_ key: Key) {
+        if changedCount < Self.scannedChanges {
+            for index in 0..<changedCount where changed[index] == key { return }
+        } else {
+            if changedSet.isEmpty {
+                for listed in changed[..<changedCount] { changedSet.insert(WordKey(listed)) }
+            }
+            guard changedSet.insert(WordKey(key)).inserted else { return }
+        }
+        if changedCount < changed.count {
+            changed[changedCount] = key
+        } else {
+            changed.append(key)
+        }
+        changedCount += 1
+    }
 
     subscript(key: Key) -> Value? {
         get { dictionary[WordKey(key)] }
         // Assigning a whole value (`apps[id] = record`): the dictionary's own setter; `_modify`
         // moved the old value out and back before it was replaced (callgrind).
         set {
-            changed.insert(WordKey(key))
+            note(key)
             dictionary[WordKey(key)] = newValue
         }
         _modify {
-            changed.insert(WordKey(key))
+            note(key)
             yield &dictionary[WordKey(key)]
         }
     }
@@ -36,7 +66,7 @@ struct ChangeTracked<Key: HashWord, Value> {
     @discardableResult
     mutating func update<T>(_ key: Key, saved: Bool = true, _ change: (inout Value) -> T) -> T? {
         guard let index = dictionary.index(forKey: WordKey(key)) else { return nil }
-        if saved { changed.insert(WordKey(key)) }
+        if saved { note(key) }
         return change(&dictionary.values[index])
     }
 
@@ -62,20 +92,19 @@ struct ChangeTracked<Key: HashWord, Value> {
     }
 
     /// Whether a key was written since the last `clearChanges()`.
-    var hasChanges: Bool { !changed.isEmpty }
+    var hasChanges: Bool { changedCount > 0 }
 
-    /// The keys written since the last `clearChanges()`.
-    var changedKeys: LazyMapSequence<Set<WordKey<Key>>, Key> { changed.lazy.map(\.key) }
+    /// The keys written since the last `clearChanges()`, in the order first written.
+    var changedKeys: ArraySlice<Key> { changed[..<changedCount] }
 
-    /// How many keys were written since the last `clearChanges()`.
-    var changedCount: Int { changed.count }
-
-    /// Starts afresh, keeping the set's storage: taking the set and starting a new one
-    /// allocated one per pass (callgrind).
-    mutating func clearChanges() { changed.removeAll(keepingCapacity: true) }
+    /// Starts afresh, keeping the storage.
+    mutating func clearChanges() {
+        changedCount = 0
+        if !changedSet.isEmpty { changedSet.removeAll(keepingCapacity: true) }
+    }
 
     /// Notes `key` as changed without writing it.
-    mutating func touch(_ key: Key) { changed.insert(WordKey(key)) }
+    mutating func touch(_ key: Key) { note(key) }
 }
 
 /// A key hashed as one word of its own: `WordKey` mixes it with the table's seed

@@ -22,4 +22,31 @@ struct ChangeTrackedTests {
         table[4001] = 0
         #expect(before[4001] == 8002 && table[4001] == 0)
     }
+
+    /// Keys written again and again, fewer and more than are looked for along the list
+    /// (`scannedChanges`), touched or updated as well as set: each noted once, in the order
+    /// first written, and none after `clearChanges()`.
+    @Test(arguments: [1, 7, 8, 9, 30])
+    func eachKeyWrittenIsNotedOnceInTheOrderFirstWritten(keys: Int) {
+        var table = ChangeTracked<TaskID, Int>()
+        for round in 0..<3 {
+            // Written back to front, so the order noted is not the keys' own.
+            for id in (1...keys).reversed() {
+                table[id] = round
+                table.update(id) { $0 += 1 }
+                table.touch(id)
+                table.update(id, saved: false) { $0 += 1 }
+            }
+            for id in 1...keys { table[id] = nil }
+            #expect(Array(table.changedKeys) == Array((1...keys).reversed()))
+            #expect(table.changedCount == keys && table.hasChanges)
+            table.clearChanges()
+            #expect(table.changedKeys.isEmpty && !table.hasChanges)
+        }
+        // Reads and unsaved writes note nothing.
+        table[unsaved: 5] = 1
+        _ = table.peek(5) { $0 }
+        _ = table[5]
+        #expect(!table.hasChanges)
+    }
 }
