@@ -313,7 +313,7 @@ extension BackgroundModel {
     }
 
     func nextAgeWarning() -> Instant? {
-        ageQueueHead < ageQueue.count ? ageQueue[ageQueueHead].created + configuration.taskAgeWarning : nil
+        ageQueueHead < ageQueue.count ? Instant(nanoseconds: ageQueue[ageQueueHead].created.nanoseconds &+ spans.taskAgeWarning) : nil
     }
 
     /// Rule 7a's other half: the apps that firing what is due at `now` would terminate for

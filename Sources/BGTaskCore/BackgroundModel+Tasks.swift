@@ -27,7 +27,7 @@ extension BackgroundModel {
         nextTaskID += 1
         let task = TaskRecord(id: id, app: app, uid: uid, owner: owner, connection: connection, name: name,
                               expirationHandler: expirationHandler, created: now,
-                              grantAt: now + (policy.map { drawGrantLatency($0.value.configuration) } ?? drawGrantLatency(configuration)))
+                              grantAt: Instant(nanoseconds: now.nanoseconds &+ drawGrantLatency(policy.map { Spans($0.value.configuration).grantLatency } ?? spans.grantLatency)))
         // The app's own process (the common case) is watched as the app, before and after:
         // two look-ups of a table of every app spared (`needsWatch`).
         let ownApp = owner == app
@@ -114,13 +114,9 @@ extension BackgroundModel {
         if reportsChanges(of: task) { effects.append(.taskChanged(snapshot(task, at: now, reason: reason))) }
     }
 
-    /// Reads `settings` where it lies (`borrowing`): handed by value, a whole configuration
-    /// was copied per `BeginTask`.
-    mutating func drawGrantLatency(_ settings: borrowing Configuration) -> Duration {
-        let low = settings.grantLatencyMin.nanoseconds
-        let high = max(low, settings.grantLatencyMax.nanoseconds)
-        let value = low == high ? low : Int64.random(in: low...high, using: &random)
-        return .nanoseconds(value)
+    /// A latency in [`low`, `high`] nanoseconds.
+    mutating func drawGrantLatency(_ range: (low: Int64, high: Int64)) -> Int64 {
+        range.low == range.high ? range.low : Int64.random(in: range.low...range.high, using: &random)
     }
 
     /// The grant timer fired.

@@ -128,6 +128,34 @@ import Testing
         #expect(harness.state(exempt) == nil)
     }
 
+    /// The grant latency and task-age warning in force are read where they are kept
+    /// (`BackgroundModel.spans`): a reload's apply from the next task and the next deadline,
+    /// a policy's latency to its app's tasks only.
+    @Test mutating func aReloadsAndAPolicysLatencyAndAgeWarningApply() throws {
+        var harness = ModelHarness { $0.taskAgeWarning = .seconds(30) }  // latency 50 ms
+        let slow = try register(&harness, pid: 100, policy: try Self.policy("[Policy]\nGrantLatencyMinSec=3s\nGrantLatencyMaxSec=3s\n"))
+        let plain = try register(&harness, pid: 200, policy: nil)
+        let before = try harness.begin(plain)
+        var configuration = harness.model.configuration
+        configuration.grantLatencyMin = .seconds(2)
+        configuration.grantLatencyMax = .seconds(2)
+        configuration.taskAgeWarning = .seconds(10)
+        harness.model.reload(configuration)
+        let after = try harness.begin(plain)
+        let policys = try harness.begin(slow)
+        harness.at(1.999)
+        #expect(harness.taskState(before) == .granted && harness.taskState(after) == .pending)
+        harness.at(2)
+        #expect(harness.taskState(after) == .granted && harness.taskState(policys) == .pending)
+        harness.at(3)
+        #expect(harness.taskState(policys) == .granted)
+        _ = harness.take()
+        #expect(harness.model.nextDeadline() == .seconds(10))  // all begun at 0: the new age
+        harness.at(10)
+        let warned = harness.take().compactMap { if case let .log(entry) = $0, entry.kind == .taskAgeWarning { entry.taskID } else { nil } }
+        #expect(Set(warned) == [before, after, policys])
+    }
+
     @Test mutating func aPolicysBudgetAndMaxTasksAreTheAppsOwn() throws {
         var harness = ModelHarness()
         let app = try register(&harness, pid: 100, policy: try Self.policy("[Policy]\nBackgroundTimeSec=3s\nMaxTasks=2\n"))
