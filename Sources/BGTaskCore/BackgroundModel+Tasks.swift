@@ -124,12 +124,14 @@ extension BackgroundModel {
         // Read and changed in place: the getter's copy and the setter's write back were a
         // third of a grant (callgrind).
         guard let (app, state) = tasks.peek(id, { ($0.app, $0.state) }), state == .pending,
-              let (warned, countsQuota) = apps.peek(app, { ($0.warned, $0.countsQuota) }),
+              let (warned, countsQuota, subscribed) = apps.peek(app, { ($0.warned, $0.countsQuota, $0.subscribers > 0) }),
               let (uid, connection) = tasks.update(id, { task in
                   task.state = warned ? .expiring : .granted
                   return (task.uid, task.connection)
               }) else { return }
-        effects.append(.lifecycle(app, uid: uid, .taskGranted(id)))
+        // Heard by the app's subscribers and by monitors (`reportsEveryTaskChange`) only: an
+        // effect listed for nobody was copied, looked up and destroyed on every grant.
+        if subscribed || reportsEveryTaskChange { effects.append(.lifecycle(app, uid: uid, .taskGranted(id))) }
         // The whole record (a copy, ~100 instructions) only for whoever hears of it.
         if reportsEveryTaskChange || connection != nil || debugLogging, let task = tasks[id] {
             reportChange(of: task, at: now, effects: &effects)

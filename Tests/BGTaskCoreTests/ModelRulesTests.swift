@@ -41,6 +41,24 @@ import Testing
         #expect(h.take().lifecycle == [.taskGranted(id)])
     }
 
+    /// A grant's lifecycle event is listed for whoever hears it: the app's subscribers, or
+    /// every app's while a monitor is connected (`reportsEveryTaskChange`); for nobody else.
+    @Test func aGrantIsListedForSubscribersAndMonitorsOnly() throws {
+        var h = ModelHarness()
+        h.model.reportsEveryTaskChange = false
+        let plain = try h.app(pid: 100)
+        let subscribed = try h.app(pid: 200, subscribed: true)
+        let unheard = try h.begin(plain)
+        let heard = try h.begin(subscribed)
+        h.at(0.05)
+        #expect(h.taskState(unheard) == .granted && h.taskState(heard) == .granted)
+        #expect(h.take().lifecycle == [.taskGranted(heard)])
+        h.model.reportsEveryTaskChange = true  // a monitor connected
+        let watched = try h.begin(plain)
+        h.at(0.1)
+        #expect(h.take().lifecycle == [.taskGranted(watched)])
+    }
+
     @Test func grantLatencyIsDrawnFromTheRangeAndReproducibleWithASeed() throws {
         func latencies(seed: UInt64) throws -> [Int64] {
             var h = ModelHarness {
