@@ -55,15 +55,14 @@ enum Wire {
     }
 
     /// `GetTimeRemaining`'s reply.
-    static func timeRemaining(_ app: AppSnapshot) -> [String: JSON] {
-        [Field.backgroundTimeRemaining: seconds(app.backgroundTimeRemaining),
-         Field.backgroundQuotaRemaining: seconds(app.backgroundQuotaRemaining), Field.state: .string(app.state.rawValue)]
+    static func timeRemaining(quota: Duration?, time: Duration?, state: AppState) -> [String: JSON] {
+        [Field.backgroundTimeRemaining: seconds(time), Field.backgroundQuotaRemaining: seconds(quota), Field.state: .string(state.rawValue)]
     }
 
     /// A task's `more` stream reply.
-    static func taskState(_ task: TaskSnapshot) -> [String: JSON] {
-        var object: [String: JSON] = ["taskId": .int(Int64(task.id)), "state": .string(task.state.rawValue)]
-        if let reason = task.reason { object["reason"] = .string(reason.rawValue) }
+    static func taskState(id: TaskID, state: TaskState, reason: TaskReason?) -> [String: JSON] {
+        var object: [String: JSON] = ["taskId": .int(Int64(id)), "state": .string(state.rawValue)]
+        if let reason { object["reason"] = .string(reason.rawValue) }
         return object
     }
 

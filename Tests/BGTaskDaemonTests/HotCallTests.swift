@@ -89,7 +89,12 @@ import Varlink
         let task = TaskSnapshot(id: 9, app: ProcessIdentity(pid: 10, startTime: 1), owner: ProcessIdentity(pid: 11, startTime: 2),
                                 uid: 1000, name: "n", state: .denied, reason: .noBackgroundTime, age: .zero,
                                 expirationHandler: false)
-        for reply in [HotReply.task(task, continues: true), .task(task, continues: false), .empty] {
+        let replies: [HotReply] = [
+            .task(task, continues: true), .task(task, continues: false), .task(7, .granted, nil, continues: false), .empty,
+            .timeRemaining(quota: nil, time: nil, state: .foreground),
+            .timeRemaining(quota: .milliseconds(1500), time: .seconds(29) + .nanoseconds(999_999_999), state: .background),
+        ]
+        for reply in replies {
             let bytes = ByteBuffer()
             reply.write(to: bytes)
             #expect(bytes.bytes(from: 0) + [0] == reply.general.frame)
