@@ -28,8 +28,28 @@ enum HotMethod: CaseIterable {
         }
     }
 
-    /// The qualified names' bytes, to compare with a message's.
-    static let names: [(bytes: [UInt8], method: HotMethod)] = allCases.map { (Array($0.method.qualified.utf8), $0) }
+    /// `method.qualified`, as static text to compare with a message's bytes: a table of
+    /// arrays was a lazy global's check and a retain and release of each entry per call.
+    var qualifiedName: StaticString {
+        switch self {
+        case .beginTask: "io.bgtaskd.App.BeginTask"
+        case .endTask: "io.bgtaskd.App.EndTask"
+        case .getTimeRemaining: "io.bgtaskd.App.GetTimeRemaining"
+        case .setAppState: "io.bgtaskd.Manager.SetAppState"
+        }
+    }
+
+    /// The method whose qualified name `bytes` are.
+    init?(named bytes: UnsafeBufferPointer<UInt8>) {
+        for method in Self.allCases {
+            let name = method.qualifiedName
+            if name.utf8CodeUnitCount == bytes.count, memcmp(name.utf8Start, bytes.baseAddress!, bytes.count) == 0 {
+                self = method
+                return
+            }
+        }
+        return nil
+    }
 }
 
 /// A parameter of a hot method, by name.
@@ -133,12 +153,9 @@ struct HotCall {
             return true
         }
         guard let call = flat else { return nil }
-        let qualified = UnsafeBufferPointer(rebasing: bytes[call.method])
         // Lengths first: every name begins "io.bgtaskd.", a byte-by-byte look went that far.
-        guard let method = HotMethod.names.first(where: { entry in
-            entry.bytes.count == qualified.count
-                && entry.bytes.withUnsafeBufferPointer { memcmp($0.baseAddress!, qualified.baseAddress!, qualified.count) == 0 }
-        })?.method, given & ~method.fields == 0 else { return nil }
+        guard let method = HotMethod(named: UnsafeBufferPointer(rebasing: bytes[call.method])),
+              given & ~method.fields == 0 else { return nil }
         let fields: Fields?
         switch method {
         case .beginTask: fields = .beginTask(name: name, expirationHandler: expirationHandler)

@@ -44,6 +44,19 @@ import Varlink
         }
     }
 
+    /// Each hot method's name, kept as static text to compare with a message's, is its
+    /// qualified name; a name one byte short or long, or of another method, is none.
+    @Test func eachHotMethodIsFoundByItsQualifiedNameOnly() {
+        for method in HotMethod.allCases {
+            #expect("\(method.qualifiedName)" == method.method.qualified)
+            let name = Array(method.method.qualified.utf8)
+            name.withUnsafeBufferPointer { #expect(HotMethod(named: $0) == method) }
+            name.dropLast().withUnsafeBufferPointer { #expect(HotMethod(named: $0) == nil) }
+            (name + [UInt8(ascii: "s")]).withUnsafeBufferPointer { #expect(HotMethod(named: $0) == nil) }
+        }
+        Array("io.bgtaskd.App.Subscribe".utf8).withUnsafeBufferPointer { #expect(HotMethod(named: $0) == nil) }
+    }
+
     static let general = [
         #"{"method":"io.bgtaskd.App.BeginTask","parameters":{"name":"x","other":1}}"#,  // InvalidParameter
         #"{"method":"io.bgtaskd.App.BeginTask","parameters":{"name":5}}"#,
