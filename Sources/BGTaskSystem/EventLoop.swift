@@ -180,12 +180,13 @@ public final class EventLoop {
                 eventNeedsTurn = true
                 continue
             }
-            guard let member = member(token) else { continue }
-            if let group = member.group {
+            guard isMember(token) else { continue }
+            let slot = Int(token & 0xffff_ffff)
+            if let group = members[slot].group {
                 if group.readyMembers.isEmpty { readyGroups.append(group) }
                 group.readyMembers.append((token, ready[index].events))
             } else {
-                member.handler?(ready[index].events)
+                members[slot].handler?(ready[index].events)
             }
         }
         if !readyGroups.isEmpty {
@@ -274,11 +275,17 @@ public final class EventLoop {
         freeMembers.append(index)
     }
 
-    fileprivate func member(_ token: UInt64) -> (handler: ((UInt32) -> Void)?, group: IOGroup?)? {
+    /// Whether `token` names a member still in the loop (not one removed, nor its slot's
+    /// next occupant).
+    private func isMember(_ token: UInt64) -> Bool {
         let index = Int(token & 0xffff_ffff)
-        guard index < members.count, members[index].generation == UInt32(token >> 32),
-              members[index].handler != nil else { return nil }
-        return (members[index].handler, members[index].group)
+        return index < members.count && members[index].generation == UInt32(token >> 32) && members[index].handler != nil
+    }
+
+    /// The handler of the member `token` names, if it is still in the loop. Only what is
+    /// called is read: the pair with its group was a retain and release of each per event.
+    fileprivate func handler(_ token: UInt64) -> ((UInt32) -> Void)? {
+        isMember(token) ? members[Int(token & 0xffff_ffff)].handler : nil
     }
 }
 
@@ -415,7 +422,7 @@ public final class IOGroup {
         while nextReady < end {
             let (token, events) = readyMembers[nextReady]
             nextReady += 1
-            loop.member(token)?.handler?(events)
+            loop.handler(token)?(events)
         }
     }
 
