@@ -19,6 +19,11 @@ public struct BackgroundModel {
     /// to nobody (callgrind: ~1,500 instructions of each call's ~16,000).
     public var reportsEveryTaskChange = true
     var apps = ChangeTracked<ProcessIdentity, AppRecord>()
+    /// Changes whenever an app is added, removed or replaced whole (as `isolate` gives it a
+    /// unit): which app `app(containing:)` finds for a process stays the same while this
+    /// does (an app's uid and unit change only so). Mutating only to be read in place, on
+    /// every call (`Daemon.inPlace`).
+    public var appsGeneration: UInt64 { mutating get { apps.generation } }
     /// Active tasks only: a task that ends is forgotten (its names live on in history).
     var tasks = ChangeTracked<TaskID, TaskRecord>()
     var tasksByOwner: [ProcessIdentity: TaskIDs] = [:]

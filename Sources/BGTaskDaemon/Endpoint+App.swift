@@ -17,8 +17,8 @@ extension Daemon {
             let (_, app) = try appCaller(of: connection, reads: method.reads, at: now, effects: &effects)
             return .reply(try lifecycleCall(method, call, on: connection, app: app, at: now, effects: &effects))
         case .submitTaskRequest, .cancelTaskRequest, .cancelAllTaskRequests, .getPendingTaskRequests, .setTaskCompleted:
-            let (process, app) = try appCaller(of: connection, reads: method.reads, at: now, effects: &effects)
-            return .reply(try requestCall(method, call, app: app, process: process, at: now, effects: &effects))
+            let (_, app) = try appCaller(of: connection, reads: method.reads, at: now, effects: &effects)
+            return .reply(try requestCall(method, call, app: app, process: try caller(of: connection), at: now, effects: &effects))
         }
     }
 

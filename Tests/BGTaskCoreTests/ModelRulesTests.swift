@@ -41,6 +41,30 @@ import Testing
         #expect(h.take().lifecycle == [.taskGranted(id)])
     }
 
+    /// Which app a process belongs to may change only when the apps' generation does: it
+    /// moves when an app is registered, given a unit or removed, and the daemon keeps a
+    /// caller's app while it does not (`Daemon.appCaller`).
+    @Test func theAppsGenerationMovesWhenAnAppIsAddedIsolatedOrRemoved() throws {
+        var h = ModelHarness()
+        var seen = h.model.appsGeneration
+        func moved(_ h: inout ModelHarness) -> Bool {
+            defer { seen = h.model.appsGeneration }
+            return h.model.appsGeneration != seen
+        }
+        let app = try h.app(pid: 100)
+        #expect(moved(&h))
+        let task = try h.begin(app)
+        h.at(0.05)
+        try h.end(task, in: app)
+        #expect(!moved(&h))  // the calls of an app that is one already
+        #expect(h.model.isolate(app, inScope: "/user.slice/app-x.scope", effects: &h.effects))
+        #expect(moved(&h))
+        _ = try h.app(pid: 200)
+        #expect(moved(&h))
+        h.model.processExited(app, at: h.now, effects: &h.effects)
+        #expect(h.state(app) == nil && moved(&h))
+    }
+
     /// A grant's lifecycle event is listed for whoever hears it: the app's subscribers, or
     /// every app's while a monitor is connected (`reportsEveryTaskChange`); for nobody else.
     @Test func aGrantIsListedForSubscribersAndMonitorsOnly() throws {
