@@ -263,7 +263,7 @@ extension BackgroundModel {
             tasks[task.id] = record
             tasksPerUID[WordKey(uid), default: 0] += 1
             apps[unsaved: task.app]?.taskIDs.append(task.id)
-            tasksByOwner.insert(task.id, under: task.owner)
+            if task.owner != task.app { tasksByOwner.insert(task.id, under: task.owner) }
             if task.connectionBound { tasksByConnection.insert(task.id, under: previousConnections) }
             settleWatch(task.owner, before: watched, effects: &effects)
             if task.state == .pending { timers.insert(.grant(task.id), at: task.grantAt) }

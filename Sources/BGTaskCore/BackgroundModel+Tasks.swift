@@ -35,9 +35,11 @@ extension BackgroundModel {
         tasks[id] = task
         tasksPerUID[WordKey(uid), default: 0] += 1
         apps.update(app, saved: false) { $0.taskIDs.append(id) }
-        tasksByOwner.insert(id, under: owner)
         if let connection { tasksByConnection.insert(id, under: connection) }
-        if !ownApp { settleWatch(owner, before: watched, effects: &effects) }
+        if !ownApp {
+            tasksByOwner.insert(id, under: owner)
+            settleWatch(owner, before: watched, effects: &effects)
+        }
         timers.insert(.grant(id), at: task.grantAt)
         ageQueue.append((id, now))
         let snapshot = snapshot(task, at: now)
@@ -173,7 +175,7 @@ extension BackgroundModel {
             tasksPerUID.values[index] -= 1
             if tasksPerUID.values[index] <= 0 { tasksPerUID.remove(at: index) }
         }
-        tasksByOwner.remove(id, under: owner)
+        if owner != app { tasksByOwner.remove(id, under: owner) }
         if let connection = ended.connection { tasksByConnection.remove(id, under: connection) }
         if !ownApp { settleWatch(owner, before: watched, effects: &effects) }
         if !ended.ageWarned { forgetAgeEntry() }

@@ -26,6 +26,10 @@ public struct BackgroundModel {
     public var appsGeneration: UInt64 { mutating get { apps.generation } }
     /// Active tasks only: a task that ends is forgotten (its names live on in history).
     var tasks = ChangeTracked<TaskID, TaskRecord>()
+    /// Each task whose owner is not its app's own process, under that owner (a helper's
+    /// tasks, ended when it exits). The app's own process's tasks are its record's
+    /// `taskIDs`, ended with it: listed here too, they were an insert and a removal a task
+    /// for nothing (callgrind).
     var tasksByOwner: [ProcessIdentity: TaskIDs] = [:]
     /// Whether `process` is a registered app's own process.
     public func isApp(_ process: ProcessIdentity) -> Bool { apps.contains(process) }
