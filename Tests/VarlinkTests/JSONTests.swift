@@ -91,6 +91,29 @@ import Varlink
         #expect(buffer.isEmpty)
     }
 
+    /// Every ASCII byte first, in the middle and last of strings of 0 to 40 bytes (kept in
+    /// the string itself up to 15, in storage of their own past it), and non-ASCII text, is
+    /// written as `JSON.writeString` writes it: a string needing no escape is copied where
+    /// it lies, any other escaped.
+    @Test func stringsAreJSONsTextWhateverTheirBytes() {
+        let buffer = ByteBuffer(capacity: 1)
+        var expected: [UInt8] = []
+        var texts = ["\u{80}", "é", "\u{2028}", "✓ \u{1F600}", "\u{9F}x"]
+        for length in [0, 1, 2, 15, 16, 40] {
+            let filler = String(repeating: "a", count: max(0, length - 1))
+            for byte in UInt8(0)...0x7F {
+                let character = String(UnicodeScalar(byte))
+                texts += [character + filler, String(filler.prefix(length / 2)) + character + String(filler.dropFirst(length / 2)),
+                          filler + character]
+            }
+        }
+        for text in texts {
+            buffer.appendString(text)
+            JSON.writeString(text, to: &expected)
+        }
+        #expect(buffer.bytes(from: 0) == expected)
+    }
+
     /// Times in seconds rounded to the microsecond (every duration the daemon sends) are
     /// written from their digits (`appendMillionths`), any other number as `String` writes
     /// it: both exactly as `JSON.write` writes them. Millionths of every length from 1 to 16
