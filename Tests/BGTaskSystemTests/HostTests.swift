@@ -158,13 +158,13 @@ import TestSupport
     }
 
     /// A pid that was a process's and is no more: a child run and reaped (pids are handed
-    /// out in turn up to `pid_max`: not another's again within the test).
+    /// out in turn up to `pid_max`: not another's again within the test). Spawned as the
+    /// daemon spawns, not by Foundation's `Process`, whose weak reference to its task leaked
+    /// under ASan once.
     static func deadPid() throws -> Int32 {
-        let child = Process()
-        child.executableURL = URL(fileURLWithPath: "/bin/true")
-        try child.run()
-        child.waitUntilExit()
-        return child.processIdentifier
+        let child = try Subprocess.spawn(["/bin/true"])
+        _ = try Subprocess.wait(pid: child.pid)
+        return child.pid
     }
 
     /// What a process killed between its bind and its rename left (a socket under its
