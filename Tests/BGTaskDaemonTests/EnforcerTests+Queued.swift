@@ -86,6 +86,11 @@ extension EnforcerTests {
             let command = (uid == 0 ? [] : ["/usr/bin/setpriv", "--reuid=\(uid)", "--regid=\(uid)", "--clear-groups"])
                 + ["/bin/sleep", "1000"]
             for _ in 0..<40 { sleepers.append(try Spawned(command[0], Array(command.dropFirst()))) }
+            // Each runs as `uid` only once `setpriv` has changed it: until then it is root's,
+            // and `uid`'s suspension rightly leaves it alone. Its exec of `sleep` comes after.
+            try waitUntil("setpriv to exec sleep") {
+                sleepers.allSatisfy { (try? ProcStat.read(pid: $0.pid))?.command == "sleep" }
+            }
             let apps = try sleepers.map { try rig.app($0) }
             for app in apps { rig.enforcer.suspend(app, uid: uid, command: "sleep", mode: .signal, at: 0) }
             rig.enforcer.finishStops()
