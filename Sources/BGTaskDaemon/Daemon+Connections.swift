@@ -394,9 +394,12 @@ extension Daemon {
     }
 
     /// Group commit, at the end of every pass: what the pass changed goes to the state file,
-    /// then the replies and events it queued go out. No reply leaves before the change it
-    /// reports is on disk. Returns the connections that can take more of the calls they
-    /// already sent (their replies had filled the output buffer).
+    /// then the replies and events it queued go out — monitors' last: an app, its helpers and
+    /// its managers are sent what happened (a warning on its task's stream) before anyone
+    /// watching hears of it, so a monitor's event is never ahead of what it reports (16
+    /// warnings fired together had the monitor told of all 16 when one app was). No reply
+    /// leaves before the change it reports is on disk. Returns the connections that can take
+    /// more of the calls they already sent (their replies had filled the output buffer).
     func commit() -> [Connection] {
         var resumable: [Connection] = []
         // Suspensions are whole before anything reporting them goes out, and the sockets of
@@ -408,20 +411,34 @@ extension Daemon {
             // Two arrays taking turns: a copy, then emptying `touched`, allocated anew each pass.
             swap(&touched, &committing)
             defer { committing.removeAllKeepingCapacity() }
+            var monitorsTouched = false
             for connection in committing {
-                connection.isTouched = false
-                guard !connection.isClosed else { continue }
-                // The replies first, then the calls they answer taken from the socket, or left
-                // there a while (`settleInput`): a client asleep for its reply is woken by it.
-                guard connection.flush(), settleInput(connection) else {
-                    close(connection)
-                    continue
+                if case .monitor? = connection.stream {
+                    monitorsTouched = true
+                } else {
+                    commit(connection, resumable: &resumable)
                 }
-                connection.updateEvents()
-                if connection.wantsInput, connection.framer.bufferedByteCount > 0 { resumable.append(connection) }
+            }
+            guard monitorsTouched else { continue }
+            for connection in committing {
+                if case .monitor? = connection.stream { commit(connection, resumable: &resumable) }
             }
         }
         return resumable
+    }
+
+    /// Sends what a connection has queued (`commit`).
+    private func commit(_ connection: Connection, resumable: inout [Connection]) {
+        connection.isTouched = false
+        guard !connection.isClosed else { return }
+        // The replies first, then the calls they answer taken from the socket, or left
+        // there a while (`settleInput`): a client asleep for its reply is woken by it.
+        guard connection.flush(), settleInput(connection) else {
+            close(connection)
+            return
+        }
+        connection.updateEvents()
+        if connection.wantsInput, connection.framer.bufferedByteCount > 0 { resumable.append(connection) }
     }
 
     /// After a connection's replies went out: takes the calls they answered from the socket,
