@@ -42,7 +42,8 @@ extension ClientsEndToEndTests {
             try manager.writeAll(Array(calls.joined().utf8))
             var replies = 0
             while replies < apps.count { replies += try Self.frames(from: manager).count }
-            var warned: Set<Int32> = [], told: [UInt8] = []
+            var warned: Set<Int32> = []
+            var told = VarlinkFramer(maximumMessageBytes: 1 << 20)
             while warned.count < apps.count {
                 // What the monitor was told, then at once which streams have their warning
                 // (before any parsing: the daemon may still be sending): each app the monitor
@@ -51,17 +52,15 @@ extension ClientsEndToEndTests {
                 let bytes = try monitor.read(upTo: 1 << 20)
                 let sent = try apps.map { try $0.stream.waitReadable(timeoutMilliseconds: 0) }
                 if bytes.isEmpty { throw TestFailure("the monitor was closed") }
-                told += bytes
-                guard let end = told.lastIndex(of: 0) else { continue }
-                for frame in told[...end].split(separator: 0) {
-                    let parameters = try JSON.parse(String(decoding: frame, as: UTF8.self))["parameters"]
+                told.append(bytes)
+                while let frame = try told.next() {
+                    let parameters = try JSON.parse(frame)["parameters"]
                     guard parameters?["event"] == "taskChanged", parameters?["task"]?["state"] == "expiring",
                           let pid = parameters?["task"]?["appPid"]?.intValue.map(Int32.init) else { continue }
                     let index = try #require(apps.firstIndex { $0.pid == pid })
                     #expect(sent[index], "round \(round): the monitor heard of app \(pid)'s warning before its stream had it")
                     warned.insert(pid)
                 }
-                told.removeSubrange(...end)
             }
             for app in apps {
                 let warning = try Self.frames(from: app.stream)
@@ -72,14 +71,16 @@ extension ClientsEndToEndTests {
 
     /// The frames a socket has, waiting up to 5 s for the first of them.
     static func frames(from socket: FileDescriptor) throws -> [JSON] {
-        var bytes: [UInt8] = []
+        var framer = VarlinkFramer(maximumMessageBytes: 1 << 20)
+        var frames: [JSON] = []
         repeat {
             guard try socket.waitReadable(timeoutMilliseconds: 5000) else { throw TestFailure("no reply within 5 s") }
             let chunk = try socket.read(upTo: 65536)
             if chunk.isEmpty { throw TestFailure("closed") }
-            bytes += chunk
-        } while bytes.last != 0
-        return try bytes.split(separator: 0).map { try JSON.parse(String(decoding: $0, as: UTF8.self)) }
+            framer.append(chunk)
+            while let frame = try framer.next() { frames.append(try JSON.parse(frame)) }
+        } while framer.bufferedByteCount > 0 || frames.isEmpty
+        return frames
     }
 }
 
@@ -94,13 +95,16 @@ final class StreamApp {
     init(_ socketPath: String) throws {
         stream = FileDescriptor(try systemCall("socket") { socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0) })
         let program = """
-            import select, socket, sys, time
+            import select, socket, sys
             s = socket.socket(fileno=0)
             s.connect(sys.argv[1])
             s.sendall(b'{"method":"io.bgtaskd.App.BeginTask","parameters":{"name":"warned","expirationHandler":true},"more":true}\\0')
-            while True:  # asleep on the socket (the test reads it), woken by what comes, as an app is
-                select.select([s], [], [])
-                time.sleep(0.05)
+            # Asleep on the socket, woken by each arrival (edge-triggered: what the test has
+            # not read yet does not wake it again), as an app is; it reads nothing.
+            waiting = select.epoll()
+            waiting.register(s.fileno(), select.EPOLLIN | select.EPOLLET)
+            while True:
+                waiting.poll()
             """
         process = try Subprocess.spawn(["/usr/bin/python3", "-c", program, socketPath], stdin: .descriptor(stream.rawValue),
                                        stdout: .file("/dev/null"))
