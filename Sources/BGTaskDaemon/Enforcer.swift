@@ -155,6 +155,10 @@ final class Enforcer {
         var signal: Int32
         var pidfds: [Pidfd]
         var cgroup: Cgroup?
+        /// Which cgroup `cgroup` was when the app was terminated, read before any signal
+        /// (`Cgroup.instance`): read after it, a unit started again at once (`Restart=`, on a
+        /// loaded machine) was read as the instance terminated, and killed at the grace's end.
+        var instance: Cgroup.Instance?
         /// How many of `pidfds`, from the first, were found stopped (or gone): not read again.
         var stopped = 0
         /// When its processes are looked at next, and how long after that the one after.
@@ -359,7 +363,7 @@ final class Enforcer {
         known.formUnion(pidfds.map(\.pid))
         pidfds += (held ?? []).dropFirst().filter { !known.contains($0.pid) && Self.owner(uid, maySignal: $0) }
         let stopping = Stopping(uid: uid, command: command, signal: signal, pidfds: pidfds, cgroup: cgroup,
-                                next: now + Self.terminationStopSpacing)
+                                instance: signal == Signal.kill ? nil : cgroup?.instance(), next: now + Self.terminationStopSpacing)
         // A process app's tree (no cgroup to kill it whole): signalled once its stops took.
         guard whole == nil, unit(app) == nil, !pidfds.isEmpty, stoppingBudget.allows(pidfds.count, for: uid, within: heldStopLimits)
         else { return signalTermination(app, stopping) }
@@ -375,7 +379,7 @@ final class Enforcer {
             if stopping.signal != Signal.kill { try? pidfd.send(signal: Signal.continue) }
             try? pidfd.send(signal: stopping.signal)
         }
-        if stopping.signal != Signal.kill { terminating[app] = (stopping.pidfds, stopping.cgroup, stopping.cgroup?.instance()) }
+        if stopping.signal != Signal.kill { terminating[app] = (stopping.pidfds, stopping.cgroup, stopping.instance) }
     }
 
     /// Signals the terminations whose processes have all stopped (`terminate`), each once
@@ -459,7 +463,8 @@ final class Enforcer {
         }
         let record = terminating.removeValue(forKey: app) ?? ([], nil, nil)
         var survivors = record.pidfds.filter { !$0.hasExited }
-        if let cgroup = record.cgroup, let instance = record.instance, let now = cgroup.instance(), now != instance {
+        let now = record.cgroup?.instance()
+        if let cgroup = record.cgroup, let now, now != record.instance {
             // Not the cgroup the app was terminated in: its unit's manager started the unit
             // again within the grace (`Restart=`), a new app that nobody terminated. What
             // was signalled is killed, and what it forked since; not the cgroup whole.
@@ -467,7 +472,9 @@ final class Enforcer {
             survivors = stopBelow(survivors, uid: uid, known: &known)
             log(.notice, about: uid, "App \(app): \(cgroup.directory) was started again within its terminate grace; SIGKILL to the \(survivors.count) process(es) left of those signalled and what they forked, not to the cgroup")
         } else {
-            try? record.cgroup?.kill()
+            // The instance terminated (gone: its unit stopped, between instances, with
+            // nothing in it to kill).
+            if now != nil { try? record.cgroup?.kill() }
             // And anything the main process forked meanwhile (gone, it has no tree to walk:
             // a unit's walk would be of its cgroup, started again there maybe).
             if let root = root(app), !root.hasExited { survivors += stopTree(app, uid: uid) }
