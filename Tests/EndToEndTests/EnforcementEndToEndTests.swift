@@ -58,8 +58,10 @@ import Varlink
         }
     }
 
+    /// The grace is a second: the shell must run its trap within it, and beside two CPU hogs
+    /// and forty suites 300 ms was not always enough (SIGKILL came first).
     @Test func catchableTerminateSignalIsFollowedBySIGKILLAfterTheGrace() throws {
-        let daemon = try TestDaemon(["TerminateSignal=SIGTERM", "TerminateGraceSec=300ms"])
+        let daemon = try TestDaemon(["TerminateSignal=SIGTERM", "TerminateGraceSec=1s"])
         let app = try Spawned("/bin/sh", ["-c", "trap 'echo got-term' TERM; echo ready; while :; do sleep 0.02; done"])
         try app.expectLine("ready")
         try daemon.setState(app.pid, "background")  // suspended: it must be thawed to see SIGTERM
@@ -75,8 +77,8 @@ import Varlink
         let status = try app.wait(timeout: 5)
         let elapsed = Double(Clock.monotonicNanoseconds() - start) / 1e9
         #expect(Spawned.terminatingSignal(status) == SIGKILL)
-        #expect(elapsed >= 0.3, "SIGKILL came \(elapsed)s after SIGTERM; the grace is 300ms")
-        #expect(elapsed < 2, "SIGKILL came \(elapsed)s after SIGTERM")
+        #expect(elapsed >= 1, "SIGKILL came \(elapsed)s after SIGTERM; the grace is 1s")
+        #expect(elapsed < 3, "SIGKILL came \(elapsed)s after SIGTERM")
     }
 
     @Test func straySIGCONTIsNoticedAndTheAppStoppedAgain() throws {
