@@ -333,8 +333,9 @@ public enum Capabilities {
     }
 
     /// Runs `scenario` again while its `spawn(reusing:)` finds the pid taken by a process
-    /// not its own, at most `attempts` times in all.
-    public static func retryingWhilePidTaken<T>(attempts: Int = 5, _ scenario: () throws -> T) throws -> T {
+    /// not its own, at most `attempts` times in all (under ASan, 5 were all lost once, to
+    /// threads and other suites' forks).
+    public static func retryingWhilePidTaken<T>(attempts: Int = 20, _ scenario: () throws -> T) throws -> T {
         var attempt = 1
         while true {
             do {
