@@ -342,16 +342,23 @@ final class Enforcer {
     func terminate(_ app: ProcessIdentity, uid: UInt32, command: String, signal: Int32, at now: Int64) {
         defer { reportExcluded(app, uid: uid, command: command, action: "terminated") }
         let held = takeHeldStops(app)
-        let whole = suspended[app].flatMap { if case let .freezer(c) = $0.method { c } else { nil } }
-            ?? (unit(app) == nil ? nil : try? ownCgroup(of: app, uid: uid, tree: { [] }, at: now).get())
+        // A unit app whose own process is gone (its exit not read yet) is no app any more: its
+        // unit's cgroup, a path, may hold the unit started again already (`Restart=`), which
+        // nobody terminated — neither killed whole nor walked. One `poll(2)`.
+        let gone = unit(app) != nil && root(app)?.hasExited != false
+        let frozen = suspended[app].flatMap { if case let .freezer(c) = $0.method { c } else { nil } }
+        let whole = gone ? nil : frozen ?? (unit(app) == nil ? nil : try? ownCgroup(of: app, uid: uid, tree: { [] }, at: now).get())
         note(app, nil, at: now)
         _ = takePendingFreeze(of: app)
+        // What is left of a gone one is thawed, as its exit's `forget` would have.
+        if gone, let frozen { try? setFrozen(false, frozen, of: app) }
         if let whole {
             try? setFrozen(false, whole, of: app)
             if signal == Signal.kill, (try? whole.kill()) != nil { return }
         }
-        // Stop the whole tree first so nothing forks its way out, then thaw and signal.
-        let tree = stopTree(app, uid: uid)
+        // Stop the whole tree first so nothing forks its way out, then thaw and signal. (A
+        // unit's tree is its cgroup's: a gone one's is walked no more than it is killed.)
+        let tree = gone ? [] : stopTree(app, uid: uid)
         let cgroup = whole ?? (signal == Signal.kill || tree.isEmpty || (sharedCgroupUntil[app] ?? .min) > now ? nil
             : try? ownCgroup(of: app, uid: uid, tree: { tree }, at: now).get())
         // A frozen process app's cgroup may hold processes that left its tree (a daemonized

@@ -859,6 +859,33 @@ import TestSupport
         #expect(processTree(of: again.pidfd).count == 2)
     }
 
+    /// A unit app's own process gone, its exit not read yet, and the unit started again in a
+    /// cgroup made anew at its path (`Restart=`): a termination then — `SIGKILL`, or a
+    /// catchable signal and its grace's end — is of an app that no longer runs, and leaves
+    /// the new instance alone. (The unit's path was killed whole, the new instance with it.)
+    @Test(.enabled(if: Capabilities.cgroupsWritable, "needs a writable cgroup v2 hierarchy (root)"), arguments: [SIGKILL, SIGTERM])
+    func aUnitWhoseProcessExitedUnreadIsNotTerminatedInItsNextInstance(signal: Int32) throws {
+        let rig = try Rig()
+        let unit = try makeCgroup("exited-\(signal).service")
+        defer { remove(unit, below: []) }
+        let first = try Spawned("/bin/sh", ["-c", "echo $$ > \(unit.directory)/cgroup.procs; echo ready; exec sleep 1000"])
+        try first.expectLine("ready")
+        let app = try rig.app(first)
+        rig.enforcer.adopt(app, unitPath: unit.path)
+        try first.pidfd.send(signal: SIGKILL)  // its exit, which the enforcer is not told of
+        _ = try first.wait(timeout: 5)
+        try waitUntil("the unit empty") { try unit.processes().isEmpty }
+        try systemCall("rmdir") { rmdir(unit.directory) }
+        try systemCall("mkdir") { mkdir(unit.directory, 0o755) }
+        let again = try self.shell(in: unit)
+        rig.enforcer.terminate(app, uid: 0, command: "sh", signal: signal, at: 0)
+        if signal != SIGKILL { rig.enforcer.kill(app, uid: 0) }
+        // The new instance lives: given half a second to die (bounded), it did not.
+        try? waitUntil("the new instance killed", timeout: 0.5) { again.hasExited }
+        #expect(!again.hasExited)
+        #expect(processTree(of: again.pidfd).count == 2)
+    }
+
     /// The user a unit is delegated to can set its cgroup's `user.invocation_id` too: uid
     /// 65534, its unit app terminated with `SIGTERM`, sets a new one and double-forks a sleep
     /// out of the tree of what is left. That is no new instance: the grace's `kill` ends the
@@ -993,6 +1020,33 @@ import TestSupport
         try waitUntil("frozen 1") { try cgroup.isFrozen() }
         rig.enforcer.forget(app, at: 6_000)
         try waitUntil("frozen 0") { try !cgroup.isFrozen() }
+    }
+
+    /// Such an app, frozen, then terminated before its exit is read: no termination (it is
+    /// gone), and its unit thawed — the termination forgets the suspension, so the exit's
+    /// `forget` would find nothing to thaw.
+    @Test(.enabled(if: Capabilities.cgroupsWritable, "needs a writable cgroup v2 hierarchy (root)"))
+    func aFrozenUnitAppWhoseProcessExitedUnreadIsThawedWhenTerminated() throws {
+        let rig = try Rig()
+        let cgroup = try makeCgroup("exited-unread-terminated")
+        defer {
+            try? cgroup.setFrozen(false)
+            try? cgroup.kill()
+            try? waitUntil("the cgroup empty") { try cgroup.processes().isEmpty }
+            rmdir(cgroup.directory)
+        }
+        let shell = try shell(in: cgroup)
+        let app = try rig.app(shell)
+        rig.enforcer.adopt(app, unitPath: cgroup.path)
+        rig.enforcer.suspend(app, uid: 0, command: "sh", mode: .auto, at: 5_000)
+        try waitUntil("frozen 1") { try cgroup.isFrozen() }
+        try shell.pidfd.send(signal: SIGKILL)  // killed frozen; its sleep stays in the unit
+        _ = try shell.wait(timeout: 5)
+        rig.enforcer.terminate(app, uid: 0, command: "sh", signal: SIGTERM, at: 6_000)
+        try waitUntil("frozen 0") { try !cgroup.isFrozen() }
+        rig.enforcer.kill(app, uid: 0)
+        rig.enforcer.forget(app, at: 7_000)
+        #expect(try cgroup.processes().count == 1)  // the sleep: no app's, not terminated
     }
 
     /// One timer: the model's next deadline, whatever is in flight (the enforcement's waits
