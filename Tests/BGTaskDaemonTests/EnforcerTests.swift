@@ -998,11 +998,13 @@ import TestSupport
 
     /// A unit app whose own process exited after its last event was read is frozen whole, as
     /// if it lived (the exit is not polled for again at each suspension), and thawed when its
-    /// exit is read (`forget`): what is left in its unit is not left frozen.
-    @Test(.enabled(if: Capabilities.cgroupsWritable, "needs a writable cgroup v2 hierarchy (root)"))
-    func aUnitAppWhoseProcessExitedUnreadIsThawedWhenItsExitIsRead() throws {
+    /// exit is read (`forget`): what is left in its unit is not left frozen. Terminated before
+    /// that, it is not terminated (it is gone) but thawed there: the termination forgets the
+    /// suspension, so the exit's `forget` would find nothing to thaw.
+    @Test(.enabled(if: Capabilities.cgroupsWritable, "needs a writable cgroup v2 hierarchy (root)"), arguments: [false, true])
+    func aUnitAppWhoseProcessExitedUnreadIsThawed(terminatedFirst: Bool) throws {
         let rig = try Rig()
-        let cgroup = try makeCgroup("exited-unread")
+        let cgroup = try makeCgroup("exited-unread-\(terminatedFirst)")
         defer {
             // The test's own cgroup: what is left in it (its sleep), whatever the test did.
             try? cgroup.setFrozen(false)
@@ -1018,34 +1020,13 @@ import TestSupport
         #expect(try cgroup.processes().count == 1)
         rig.enforcer.suspend(app, uid: 0, command: "sh", mode: .auto, at: 5_000)
         try waitUntil("frozen 1") { try cgroup.isFrozen() }
-        rig.enforcer.forget(app, at: 6_000)
-        try waitUntil("frozen 0") { try !cgroup.isFrozen() }
-    }
-
-    /// Such an app, frozen, then terminated before its exit is read: no termination (it is
-    /// gone), and its unit thawed — the termination forgets the suspension, so the exit's
-    /// `forget` would find nothing to thaw.
-    @Test(.enabled(if: Capabilities.cgroupsWritable, "needs a writable cgroup v2 hierarchy (root)"))
-    func aFrozenUnitAppWhoseProcessExitedUnreadIsThawedWhenTerminated() throws {
-        let rig = try Rig()
-        let cgroup = try makeCgroup("exited-unread-terminated")
-        defer {
-            try? cgroup.setFrozen(false)
-            try? cgroup.kill()
-            try? waitUntil("the cgroup empty") { try cgroup.processes().isEmpty }
-            rmdir(cgroup.directory)
+        if terminatedFirst {
+            rig.enforcer.terminate(app, uid: 0, command: "sh", signal: SIGTERM, at: 6_000)
+            try waitUntil("frozen 0, terminated") { try !cgroup.isFrozen() }
+            rig.enforcer.kill(app, uid: 0)
         }
-        let shell = try shell(in: cgroup)
-        let app = try rig.app(shell)
-        rig.enforcer.adopt(app, unitPath: cgroup.path)
-        rig.enforcer.suspend(app, uid: 0, command: "sh", mode: .auto, at: 5_000)
-        try waitUntil("frozen 1") { try cgroup.isFrozen() }
-        try shell.pidfd.send(signal: SIGKILL)  // killed frozen; its sleep stays in the unit
-        _ = try shell.wait(timeout: 5)
-        rig.enforcer.terminate(app, uid: 0, command: "sh", signal: SIGTERM, at: 6_000)
-        try waitUntil("frozen 0") { try !cgroup.isFrozen() }
-        rig.enforcer.kill(app, uid: 0)
         rig.enforcer.forget(app, at: 7_000)
+        try waitUntil("frozen 0") { try !cgroup.isFrozen() }
         #expect(try cgroup.processes().count == 1)  // the sleep: no app's, not terminated
     }
 
