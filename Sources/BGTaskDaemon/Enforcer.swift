@@ -438,9 +438,13 @@ final class Enforcer {
         if let next = stoppingForSignal.values.lazy.map(\.next).min() { armTerminationStops(at: next) }
     }
 
-    /// Whether a process is past any fork: stopped, or gone.
+    /// Whether a process is past any fork: stopped, gone, or waiting for the child it
+    /// `vfork`ed (which the walk found and stopped, keeping its parent waiting: a shell's
+    /// loop suspended between a `vfork` and its `exec` waited for the stop until the grace
+    /// ran out, and got its catchable signal with the `SIGKILL`).
     static func isPastFork(_ pidfd: Pidfd) -> Bool {
         guard let stat = try? ProcStat.read(pid: pidfd.pid), !"TtZX".contains(stat.state) else { return true }
+        if stat.state == "D", ProcStat.waitsForVforkChild(pid: pidfd.pid) { return true }
         return pidfd.hasExited
     }
 

@@ -37,6 +37,18 @@ public struct ProcStat: Equatable, Sendable {
         return stat
     }
 
+    /// Whether the process waits for the child it `vfork`ed (`CLONE_VFORK`: `posix_spawn`,
+    /// dash's commands) to `exec` or exit: in `D` — which a stop does not end, so a stopped
+    /// child keeps its parent there — inside `kernel_clone` (`/proc/PID/wchan`: the wait,
+    /// `wait_for_vfork_done`, is inlined there; a sleep while the child is still being copied
+    /// shows the function it sleeps in). That child is on the parent's list of children
+    /// already: the parent is past its fork. `false` where `wchan` does not say (another
+    /// kernel's name, a process not readable). Read by path: for a pid whose process is
+    /// held (a pidfd), checked after.
+    public static func waitsForVforkChild(pid: Int32) -> Bool {
+        (try? readFile("/proc/\(pid)/wchan", limit: 64, shortReadEnds: true)) == Array("kernel_clone".utf8)
+    }
+
     /// Parses the text of `/proc/PID/stat`; the command may hold spaces and parentheses.
     /// Read on every call that names a process and at every check of a stopped app: one pass
     /// over the bytes in place, the four numbers wanted summed as they go by (an array of

@@ -81,6 +81,44 @@ import Varlink
         #expect(elapsed < 3, "SIGKILL came \(elapsed)s after SIGTERM")
     }
 
+    /// An app suspended while it waits for the child it `vfork`ed (`posix_spawn`; a shell's
+    /// commands) stays in `D`: a stop does not end that wait, and its child, stopped before
+    /// its `exec`, keeps it there. Terminated with a catchable signal, it is signalled at
+    /// once, not with the `SIGKILL` at its grace's end: its fork is done (the child is on its
+    /// list), so the daemon does not wait for it to stop. (It waited until the grace ran out:
+    /// a shell's loop caught so got no time to run its trap — CI, twice.) Here the child
+    /// waits in its `open` of a FIFO (a file action before its `exec`, every signal blocked
+    /// there): continued, it is let through by the test, and its parent, out of its wait,
+    /// runs its handler.
+    @Test func aVforksParentSuspendedInItsWaitIsSignalledAtOnce() throws {
+        let directory = try temporaryDirectory("bgtaskd-vfork")
+        let fifo = directory + "/fifo"
+        defer { unlink(fifo); rmdir(directory) }
+        try systemCall("mkfifo") { mkfifo(fifo, 0o600) }
+        let daemon = try TestDaemon(["TerminateSignal=SIGTERM", "TerminateGraceSec=3s", "SuspendMode=signal"])
+        let app = try Spawned("/usr/bin/python3", ["-c", """
+            import os, signal, sys, time
+            signal.signal(signal.SIGTERM, lambda *_: print('got-term', flush=True))
+            print('ready', flush=True)
+            os.posix_spawn('/bin/true', ['true'], {}, file_actions=[(os.POSIX_SPAWN_OPEN, 0, sys.argv[1], os.O_RDONLY, 0)])
+            while True: time.sleep(1)
+            """, fifo])
+        try app.expectLine("ready")
+        func states() -> [Character] { processTree(of: app.pidfd).map(\.state) }
+        try waitUntil("waiting for its child, in its open") { states() == ["D", "S"] }
+        try daemon.setState(app.pid, "background")
+        try waitUntil("its child stopped, itself still waiting") { states() == ["D", "T"] }
+        let start = Clock.monotonicNanoseconds()
+        try daemon.manager("Terminate", ["pid": .int(Int64(app.pid))])
+        try waitUntil("the child continued with its signal", timeout: 2) { states() == ["D", "S"] }
+        let writer = FileDescriptor(try systemCall("open(fifo)") { open(fifo, O_WRONLY | O_NONBLOCK | O_CLOEXEC) })
+        try app.expectLine("got-term")
+        writer.close()
+        let elapsed = Double(Clock.monotonicNanoseconds() - start) / 1e9
+        #expect(elapsed < 2, "the handler ran \(elapsed)s after the termination; the grace is 3s")
+        #expect(Spawned.terminatingSignal(try app.wait(timeout: 5)) == SIGKILL)
+    }
+
     @Test func straySIGCONTIsNoticedAndTheAppStoppedAgain() throws {
         let daemon = try TestDaemon(["SuspendMode=signal"])
         let app = try Spawned("/bin/sleep", ["60"])
