@@ -43,8 +43,9 @@ public struct ProcStat: Equatable, Sendable {
     /// `wait_for_vfork_done`, is inlined there; a sleep while the child is still being copied
     /// shows the function it sleeps in). That child is on the parent's list of children
     /// already: the parent is past its fork. `false` where `wchan` does not say (another
-    /// kernel's name, a process not readable). Read by path: for a pid whose process is
-    /// held (a pidfd), checked after.
+    /// kernel's name, a process not readable). Read by path, for a pid whose process the
+    /// caller holds (a pidfd): were the pid another's by then, its process would be gone,
+    /// which the caller takes as past any fork too.
     public static func waitsForVforkChild(pid: Int32) -> Bool {
         (try? readFile("/proc/\(pid)/wchan", limit: 64, shortReadEnds: true)) == Array("kernel_clone".utf8)
     }

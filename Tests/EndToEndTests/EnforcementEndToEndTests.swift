@@ -89,21 +89,31 @@ import Varlink
     /// a shell's loop caught so got no time to run its trap — CI, twice.) Here the child
     /// waits in its `open` of a FIFO (a file action before its `exec`, every signal blocked
     /// there): continued, it is let through by the test, and its parent, out of its wait,
-    /// runs its handler.
-    @Test func aVforksParentSuspendedInItsWaitIsSignalledAtOnce() throws {
+    /// runs its handler. Also with the app uid 65534's, the daemon root's: what its `wchan`
+    /// says is read across users, and nobody's vfork is no way around the termination.
+    @Test(.enabled(if: getuid() == 0, "needs root to run the daemon and setpriv to uid 65534"), arguments: [false, true])
+    func aVforksParentSuspendedInItsWaitIsSignalledAtOnce(asNobody: Bool) throws {
         let directory = try temporaryDirectory("bgtaskd-vfork")
         let fifo = directory + "/fifo"
         defer { unlink(fifo); rmdir(directory) }
         try systemCall("mkfifo") { mkfifo(fifo, 0o600) }
+        if asNobody {
+            for path in [directory, fifo] { try systemCall("chown") { chown(path, 65534, 65534) } }
+        }
         let daemon = try TestDaemon(["TerminateSignal=SIGTERM", "TerminateGraceSec=3s", "SuspendMode=signal"])
-        let app = try Spawned("/usr/bin/python3", ["-c", """
-            import os, signal, sys, time
+        let nobody = ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        // Idle after the spawn in `signal.pause()`: until a signal, then again.
+        let python = ["/usr/bin/python3", "-c", """
+            import os, signal, sys
             signal.signal(signal.SIGTERM, lambda *_: print('got-term', flush=True))
             print('ready', flush=True)
             os.posix_spawn('/bin/true', ['true'], {}, file_actions=[(os.POSIX_SPAWN_OPEN, 0, sys.argv[1], os.O_RDONLY, 0)])
-            while True: time.sleep(1)
-            """, fifo])
-        try app.expectLine("ready")
+            while True: signal.pause()
+            """, fifo]
+        let command = (asNobody ? nobody : []) + python
+        let app = try Spawned(command[0], Array(command.dropFirst()))
+        try app.expectLine("ready")  // as uid 65534 already: setpriv changed it before its exec
+        #expect(try ProcStatus.uids(pid: app.pid).effective == (asNobody ? 65534 : 0))
         func states() -> [Character] { processTree(of: app.pidfd).map(\.state) }
         try waitUntil("waiting for its child, in its open") { states() == ["D", "S"] }
         try daemon.setState(app.pid, "background")
