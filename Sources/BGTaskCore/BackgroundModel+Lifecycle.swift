@@ -289,8 +289,9 @@ extension BackgroundModel {
         // `SIGKILL` is the daemon's to send once the app's processes have stopped (a process
         // app's: `Enforcer.signalStoppedTerminations`), and is sent at this `kill` at the latest;
         // a daemon restarted meanwhile kills what its predecessor left stopped.
-        let killAt = now + (signal == .kill ? Self.terminationStopBound : settings(record).terminateGrace)
-        terminating[app] = Termination(killAt: killAt, uid: record.uid)
+        let grace = signal == .kill ? nil : settings(record).terminateGrace
+        let killAt = now + (grace ?? Self.terminationStopBound)
+        terminating[app] = Termination(killAt: killAt, uid: record.uid, grace: grace)
         timers.insert(.kill(app), at: killAt)
         effects.append(.act(AppActionRecord(app: app, uid: record.uid, command: record.command, unit: record.unit,
                                             action: .terminated, reason: reason,
@@ -299,6 +300,18 @@ extension BackgroundModel {
         effects.append(.log(.app(.appTerminated, .warning, app, uid: record.uid, command: record.command,
                                  "\(held)terminated with \(signal): \(reason.rawValue)", reason: reason)))
         settleWatch(app, before: watched, effects: &effects)
+    }
+
+    /// A catchable termination's signal went out only now, after the termination (its
+    /// processes' stops took long, `Enforcer.signalStoppedTerminations`): its grace runs from
+    /// the signal, so the handler gets all of it; the `SIGKILL` comes no earlier than the grace
+    /// after the signal. A `SIGKILL` termination, or one not known, is left as it is.
+    public mutating func terminationSignalled(_ app: ProcessIdentity, at now: Instant) {
+        guard var termination = terminating[app], let grace = termination.grace, now + grace > termination.killAt else { return }
+        termination.killAt = now + grace
+        terminating[app] = termination
+        apps.touch(app)
+        timers.insert(.kill(app), at: termination.killAt)
     }
 
     // MARK: Time
@@ -369,7 +382,9 @@ extension BackgroundModel {
             case let .deadline(app, epoch):
                 if apps[app]?.epoch == epoch { deadlinePassed(app, at: at, effects: &effects) }
             case let .kill(process):
-                guard let termination = terminating.removeValue(forKey: process) else { continue }
+                // (An entry before the termination's `killAt`: its grace began again at the signal.)
+                guard let termination = terminating[process], termination.killAt <= at else { continue }
+                terminating[process] = nil
                 apps.touch(process)
                 effects.append(.kill(process, uid: termination.uid))
                 settleWatch(process, before: true, effects: &effects)

@@ -119,15 +119,18 @@ public struct SavedState: Equatable, Sendable {
     }
 }
 
-/// A process sent a catchable terminate signal: when its `SIGKILL` is due, and the uid of
-/// the app it was (so a restart re-proves it before acting).
+/// A process sent a terminate signal: when its `SIGKILL` is due, the uid of the app it was
+/// (so a restart re-proves it before acting), and a catchable signal's grace (`nil` for
+/// `SIGKILL`), which runs from the signal (`BackgroundModel.terminationSignalled`).
 public struct Termination: Equatable, Sendable {
     public var killAt: Instant
     public var uid: UInt32
+    public var grace: Duration?
 
-    public init(killAt: Instant, uid: UInt32) {
+    public init(killAt: Instant, uid: UInt32, grace: Duration? = nil) {
         self.killAt = killAt
         self.uid = uid
+        self.grace = grace
     }
 }
 

@@ -195,6 +195,9 @@ public final class Daemon {
         enforcer.schedule = { [unowned self] wait, instant in
             if let instant { model.schedule(wait, at: Instant(nanoseconds: instant)) } else { model.cancel(wait) }
         }
+        enforcer.signalledLate = { [unowned self] app, instant in
+            model.terminationSignalled(app, at: Instant(nanoseconds: instant))
+        }
         do {
             var losses = 0
             var lastReport: Int64?

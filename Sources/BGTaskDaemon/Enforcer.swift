@@ -103,6 +103,9 @@ final class Enforcer {
     private let record: (LogEntry.Priority, UInt32?, String) -> Void
     /// Arms (an instant) or disarms (`nil`) one of the enforcement's waits: the model's timers.
     var schedule: (Wait, Int64?) -> Void = { _, _ in }
+    /// A catchable termination's signal went out after the termination (its stops waited
+    /// for): the model's grace runs from now (`BackgroundModel.terminationSignalled`).
+    var signalledLate: (ProcessIdentity, Int64) -> Void = { _, _ in }
     /// The pidfd the daemon has held for the app's own process since it registered:
     /// every tree walk starts from it, never from a bare pid.
     let root: (ProcessIdentity) -> Pidfd?
@@ -163,6 +166,12 @@ final class Enforcer {
         var stopped = 0
         /// When its processes are looked at next, and how long after that the one after.
         var next: Int64
+        /// When its processes are signalled whether or not all have stopped: the model's
+        /// `terminationStopBound` after the termination. (A catchable signal's grace runs
+        /// from the signal, so a process kept running — continued by someone else — costs the
+        /// app at most this wait, not its handler's time; with `SIGKILL`, the model's `kill`
+        /// falls due then too.)
+        var signalBy: Int64
         var spacing = Enforcer.terminationStopSpacing
     }
     /// Terminations whose signal waits for their processes' stops, within `heldStopLimits`
@@ -370,7 +379,8 @@ final class Enforcer {
         known.formUnion(pidfds.map(\.pid))
         pidfds += (held ?? []).dropFirst().filter { !known.contains($0.pid) && Self.owner(uid, maySignal: $0) }
         let stopping = Stopping(uid: uid, command: command, signal: signal, pidfds: pidfds, cgroup: cgroup,
-                                instance: signal == Signal.kill ? nil : cgroup?.instance(), next: now + Self.terminationStopSpacing)
+                                instance: signal == Signal.kill ? nil : cgroup?.instance(), next: now + Self.terminationStopSpacing,
+                                signalBy: now + BackgroundModel.terminationStopBound.nanoseconds)
         // A process app's tree (no cgroup to kill it whole): signalled once its stops took.
         guard whole == nil, unit(app) == nil, !pidfds.isEmpty, stoppingBudget.allows(pidfds.count, for: uid, within: heldStopLimits)
         else { return signalTermination(app, stopping) }
@@ -398,8 +408,9 @@ final class Enforcer {
     /// forked (a walk below each process held, each stopped before its children are read),
     /// and the termination waits for its stop in turn. A termination whose processes have
     /// not all stopped (one continued by someone else, or in the kernel for long) is
-    /// signalled all the same by `kill`, at the model's `terminationStopBound`. Without
-    /// `waiting` (the daemon is stopping) every termination is looked at and signalled now.
+    /// signalled all the same at the model's `terminationStopBound` (`Stopping.signalBy`); a
+    /// catchable signal's grace runs from then (`signalledLate`). Without `waiting` (the
+    /// daemon is stopping) every termination is looked at and signalled now.
     ///
     /// What a look costs is bounded: a process found stopped is not read again (one its owner
     /// continues after that may fork its way out, as a double fork may), and a termination
@@ -411,8 +422,9 @@ final class Enforcer {
         for app in Array(stoppingForSignal.keys) {
             guard var stopping = stoppingForSignal[app], !waiting || stopping.next <= now else { continue }
             while stopping.stopped < stopping.pidfds.count, Self.isPastFork(stopping.pidfds[stopping.stopped]) { stopping.stopped += 1 }
-            if waiting, stopping.stopped < stopping.pidfds.count {
-                stopping.next = now + stopping.spacing
+            let bounded = now >= stopping.signalBy
+            if waiting, stopping.stopped < stopping.pidfds.count, !bounded {
+                stopping.next = min(now + stopping.spacing, stopping.signalBy)
                 stopping.spacing = min(2 * stopping.spacing, Self.terminationStopSpacingAtMost)
                 stoppingForSignal[app] = stopping
                 continue
@@ -424,16 +436,20 @@ final class Enforcer {
                 if !found.isEmpty {
                     log(.notice, about: stopping.uid, "App \(app) (\(stopping.command)): pid \(found.map { String($0.pid) }.joined(separator: ", ")) forked as the app was terminated, after its walk; stopped now, and terminated with it")
                     // Their stops to take in turn, within the owner's share (past it, signalled now).
-                    let wait = waiting && stoppingBudget.allows(found.count, for: stopping.uid, within: heldStopLimits)
+                    let wait = waiting && !bounded && stoppingBudget.allows(found.count, for: stopping.uid, within: heldStopLimits)
                     stopping.pidfds += found
                     stoppingBudget.add(found.count, for: stopping.uid)
-                    stopping.next = now + stopping.spacing
+                    stopping.next = min(now + stopping.spacing, stopping.signalBy)
                     stoppingForSignal[app] = stopping
                     if wait { continue }
                 }
                 reportExcluded(app, uid: stopping.uid, command: stopping.command, action: "terminated")
             }
+            if waiting, stopping.stopped < stopping.pidfds.count {
+                log(.notice, about: stopping.uid, "App \(app) (\(stopping.command)): not every process of it had stopped \(BackgroundModel.terminationStopBound) after its termination; signalled all the same\(stopping.signal == Signal.kill ? "" : ", its terminate grace from now")")
+            }
             signalTermination(app, takeStopping(app)!)
+            if stopping.signal != Signal.kill { signalledLate(app, now) }
         }
         if let next = stoppingForSignal.values.lazy.map(\.next).min() { armTerminationStops(at: next) }
     }

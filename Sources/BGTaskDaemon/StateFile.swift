@@ -109,7 +109,8 @@ final class StateFile {
         case "app": loaded.state.apply(.app(try Self.app(value)))
         case "terminating":
             loaded.state.apply(.terminating(try Self.identity(value),
-                                            Termination(killAt: try Self.instant(value["killAt"]), uid: try Self.uid(value["uid"]))))
+                                            Termination(killAt: try Self.instant(value["killAt"]), uid: try Self.uid(value["uid"]),
+                                                        grace: value["grace"] == nil ? nil : .nanoseconds(try Self.int(value["grace"])))))
         case "gone": loaded.state.apply(.gone(try Self.identity(value)))
         case "task": loaded.state.apply(.task(try Self.task(value)))
         case "taskGone": loaded.state.apply(.gone(TaskID(try Self.int(value))))
@@ -187,6 +188,7 @@ final class StateFile {
             var object = Self.fields(process)
             object["killAt"] = .int(termination.killAt.nanoseconds)
             object["uid"] = .int(Int64(termination.uid))
+            if let grace = termination.grace { object["grace"] = .int(grace.nanoseconds) }
             append("terminating", .object(object))
         case let .gone(process): append("gone", .object(Self.fields(process)))
         }

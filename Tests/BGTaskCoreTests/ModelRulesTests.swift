@@ -477,4 +477,35 @@ import Testing
         h.at(10)
         #expect(h.take().isEmpty)
     }
+
+    /// A catchable signal the daemon could send only after the termination (its processes'
+    /// stops took long) gives the app its whole grace from the signal; the `SIGKILL` due at the
+    /// first instant does not come, and the later one survives a restart. A `SIGKILL`
+    /// termination's bound is not moved.
+    @Test func aLateSignalsGraceRunsFromTheSignal() throws {
+        var h = ModelHarness { $0.terminateSignal = .term; $0.terminateGrace = .seconds(2) }
+        let app = try h.app()
+        try h.model.terminate(app, at: h.now, effects: &h.effects)  // at 0
+        _ = h.take()
+        h.model.terminationSignalled(app, at: .seconds(1))
+        h.model.terminationSignalled(app, at: .seconds(0.5))  // no earlier again
+        #expect(h.model.savedState().terminating[app]?.killAt == .seconds(3))
+        h.at(2.999)
+        #expect(h.take().isEmpty)
+        var restored = ModelHarness()
+        restored.model = BackgroundModel(configuration: h.model.configuration, seed: 7)
+        restored.now = h.now
+        restored.model.restore(h.model.savedState(), at: restored.now, effects: &restored.effects)
+        for var harness in [h, restored] {
+            harness.at(3)
+            #expect(harness.take().contains(.kill(app, uid: 1000)))
+        }
+
+        var killed = ModelHarness { $0.terminateSignal = .kill }
+        let other = try killed.app(pid: 101)
+        try killed.model.terminate(other, at: killed.now, effects: &killed.effects)
+        killed.model.terminationSignalled(other, at: .seconds(0.5))
+        killed.at(BackgroundModel.terminationStopBound.seconds)
+        #expect(killed.take().contains(.kill(other, uid: 1000)))
+    }
 }

@@ -48,4 +48,19 @@ import Testing
         #expect(!file.prepareRoom())
         #expect(!file.needsRoom)
     }
+
+    /// A termination's grace (a catchable signal's, which runs from the signal) is read back
+    /// as written; a `SIGKILL` termination has none.
+    @Test func aTerminationsGraceIsReadBack() throws {
+        let (file, path) = try freshStateFile()
+        defer { remove(path) }
+        let caught = ProcessIdentity(pid: 100, startTime: 1), killed = ProcessIdentity(pid: 101, startTime: 2)
+        let terminations = [caught: Termination(killAt: .seconds(3), uid: 1000, grace: .milliseconds(2500)),
+                            killed: Termination(killAt: .seconds(1), uid: 65534)]
+        for (process, termination) in terminations { file.record(.terminating(process, termination)) }
+        _ = try file.flush(liveRecords: 2)
+        let loaded = file.load()
+        #expect(loaded.problems.isEmpty)
+        #expect(loaded.state.terminating == terminations)
+    }
 }

@@ -129,6 +129,48 @@ import Varlink
         #expect(Spawned.terminatingSignal(try app.wait(timeout: 5)) == SIGKILL)
     }
 
+    /// A termination's process that cannot stop (long in the kernel: here a child of the
+    /// app's in a cgroup the test froze — a stop waits for the thaw, a `SIGKILL` does not)
+    /// has its app signalled at the bound, a second after the termination, and the grace runs
+    /// from that signal: the app's handler gets all 2 s of it. (It got its `SIGTERM` with the
+    /// `SIGKILL` at the grace's end: no time at all; a handler of 1.5 s needs the grace
+    /// counted from the signal.)
+    @Test(.enabled(if: Capabilities.cgroupsWritable, "needs a writable cgroup v2 hierarchy (root)"))
+    func aTerminationWhoseChildCannotStopIsSignalledAtTheBoundWithItsWholeGrace() throws {
+        let cgroup = Cgroup(directory: Cgroup.mountPoint! + "/bgtaskd-test-\(getpid())-unstoppable")
+        try systemCall("mkdir") { mkdir(cgroup.directory, 0o755) }
+        defer { rmdir(cgroup.directory) }
+        let daemon = try TestDaemon(["TerminateSignal=SIGTERM", "TerminateGraceSec=2s"])
+        let app = try Spawned("/usr/bin/python3", ["-c", """
+            import signal, subprocess, sys, time
+            def handler(*_):
+                print('got-term', flush=True)
+                time.sleep(1.5)
+                print('handled', flush=True)
+            signal.signal(signal.SIGTERM, handler)
+            subprocess.Popen(['/bin/sh', '-c', 'echo $$ > "$1"/cgroup.procs && echo in && exec sleep 1000', 'sh', sys.argv[1]])
+            while True: signal.pause()
+            """, cgroup.directory])
+        try app.expectLine("in")
+        try waitUntil("the child in its cgroup") { try cgroup.processes().count == 1 }
+        try cgroup.setFrozen(true)
+        try waitUntil("frozen 1") { try cgroup.isFrozen() }
+        try daemon.setState(app.pid, "foreground")  // known to the daemon; running
+        let start = Clock.monotonicNanoseconds()
+        try daemon.manager("Terminate", ["pid": .int(Int64(app.pid))])
+        try app.expectLine("got-term")
+        let signalled = Double(Clock.monotonicNanoseconds() - start) / 1e9
+        #expect(signalled >= 0.9, "signalled after \(signalled)s, before the bound")
+        try waitUntil("the wait logged") {
+            daemon.log().contains { $0.contains("App pid \(app.pid) (python3): not every process of it had stopped") }
+        }
+        try app.expectLine("handled")
+        #expect(Spawned.terminatingSignal(try app.wait(timeout: 5)) == SIGKILL)
+        let killed = Double(Clock.monotonicNanoseconds() - start) / 1e9
+        #expect(killed >= signalled + 1.5, "SIGKILL came \(killed)s after the termination, the signal \(signalled)s")
+        try waitUntil("the frozen child killed too") { try cgroup.processes().isEmpty }
+    }
+
     @Test func straySIGCONTIsNoticedAndTheAppStoppedAgain() throws {
         let daemon = try TestDaemon(["SuspendMode=signal"])
         let app = try Spawned("/bin/sleep", ["60"])
