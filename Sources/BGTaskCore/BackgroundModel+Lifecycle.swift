@@ -302,6 +302,9 @@ extension BackgroundModel {
         settleWatch(app, before: watched, effects: &effects)
     }
 
+    /// A catchable termination's grace (`nil`: a `SIGKILL` termination, or none under way).
+    public func terminationGrace(of app: ProcessIdentity) -> Duration? { terminating[app]?.grace }
+
     /// A catchable termination's signal went out only now, after the termination (its
     /// processes' stops took long, `Enforcer.signalStoppedTerminations`): its grace runs from
     /// the signal, so the handler gets all of it; the `SIGKILL` comes no earlier than the grace

@@ -154,7 +154,7 @@ extension Daemon {
             enforcer.resume(record.app, uid: record.uid, at: loop.now)
         case .terminated:
             enforcer.terminate(record.app, uid: record.uid, command: record.command, signal: signal?.number ?? Signal.kill,
-                               at: loop.now)
+                               grace: model.terminationGrace(of: record.app)?.nanoseconds, at: loop.now)
         }
     }
 }

@@ -166,12 +166,10 @@ final class Enforcer {
         var stopped = 0
         /// When its processes are looked at next, and how long after that the one after.
         var next: Int64
-        /// When its processes are signalled whether or not all have stopped: the model's
-        /// `terminationStopBound` after the termination. (A catchable signal's grace runs
-        /// from the signal, so a process kept running — continued by someone else — costs the
-        /// app at most this wait, not its handler's time; with `SIGKILL`, the model's `kill`
-        /// falls due then too.)
+        /// When its processes are signalled whether or not all have stopped (`signalBound`
+        /// after the termination, `started`).
         var signalBy: Int64
+        var started: Int64
         var spacing = Enforcer.terminationStopSpacing
     }
     /// Terminations whose signal waits for their processes' stops, within `heldStopLimits`
@@ -348,7 +346,7 @@ final class Enforcer {
     /// app's tree is walked once, stopping it (it was walked twice: once to look for a cgroup
     /// of its own, once to stop it). That cgroup is looked for only for a catchable signal,
     /// for the grace's `kill` to end with: with `SIGKILL` the stopped tree is all there is.
-    func terminate(_ app: ProcessIdentity, uid: UInt32, command: String, signal: Int32, at now: Int64) {
+    func terminate(_ app: ProcessIdentity, uid: UInt32, command: String, signal: Int32, grace: Int64? = nil, at now: Int64) {
         defer { reportExcluded(app, uid: uid, command: command, action: "terminated") }
         let held = takeHeldStops(app)
         // A unit app whose own process is gone (its exit not read yet) is no app any more: its
@@ -380,7 +378,7 @@ final class Enforcer {
         pidfds += (held ?? []).dropFirst().filter { !known.contains($0.pid) && Self.owner(uid, maySignal: $0) }
         let stopping = Stopping(uid: uid, command: command, signal: signal, pidfds: pidfds, cgroup: cgroup,
                                 instance: signal == Signal.kill ? nil : cgroup?.instance(), next: now + Self.terminationStopSpacing,
-                                signalBy: now + BackgroundModel.terminationStopBound.nanoseconds)
+                                signalBy: now + Self.signalBound(grace: signal == Signal.kill ? nil : grace), started: now)
         // A process app's tree (no cgroup to kill it whole): signalled once its stops took.
         guard whole == nil, unit(app) == nil, !pidfds.isEmpty, stoppingBudget.allows(pidfds.count, for: uid, within: heldStopLimits)
         else { return signalTermination(app, stopping) }
@@ -446,7 +444,7 @@ final class Enforcer {
                 reportExcluded(app, uid: stopping.uid, command: stopping.command, action: "terminated")
             }
             if waiting, stopping.stopped < stopping.pidfds.count {
-                log(.notice, about: stopping.uid, "App \(app) (\(stopping.command)): not every process of it had stopped \(BackgroundModel.terminationStopBound) after its termination; signalled all the same\(stopping.signal == Signal.kill ? "" : ", its terminate grace from now")")
+                log(.notice, about: stopping.uid, "App \(app) (\(stopping.command)): not every process of it had stopped \(ConfigurationValue.formatTimeSpan(.nanoseconds(stopping.signalBy - stopping.started))) after its termination; signalled all the same\(stopping.signal == Signal.kill ? "" : ", its terminate grace from now")")
             }
             signalTermination(app, takeStopping(app)!)
             if stopping.signal != Signal.kill { signalledLate(app, now) }
@@ -462,6 +460,18 @@ final class Enforcer {
         guard let stat = try? ProcStat.read(pid: pidfd.pid), !"TtZX".contains(stat.state) else { return true }
         if stat.state == "D", ProcStat.waitsForVforkChild(pid: pidfd.pid) { return true }
         return pidfd.hasExited
+    }
+
+    /// How long a termination waits for its processes' stops at most: the model's
+    /// `terminationStopBound` (with `SIGKILL`, its `kill` falls due then too); for a catchable
+    /// signal no more than half its grace, so the signal goes out before the grace's first
+    /// end, which the model then moves to the grace after the signal (`signalledLate`): a
+    /// process kept running — continued by someone else, long in the kernel — costs the app
+    /// at most this wait, never its handler's time.
+    static func signalBound(grace: Int64?) -> Int64 {
+        let bound = BackgroundModel.terminationStopBound.nanoseconds
+        guard let grace else { return bound }
+        return min(bound, max(0, grace / 2))
     }
 
     private func takeStopping(_ app: ProcessIdentity) -> Stopping? {
