@@ -491,8 +491,9 @@ final class Enforcer {
     func kill(_ app: ProcessIdentity, uid: UInt32) {
         defer { forgetLeftOut() }
         // Its processes not all stopped by the bound (a `SIGKILL` termination's kill), or a
-        // grace shorter than their stops took: signalled now (`SIGKILL`: that is all; a
-        // catchable signal is followed by `SIGKILL` below).
+        // grace too short for even the first look at them (`signalBound`: half of it, after a
+        // millisecond's spacing): signalled now (`SIGKILL`: that is all; a catchable signal is
+        // followed by `SIGKILL` below).
         if let stopping = takeStopping(app) {
             log(.notice, about: uid, "App \(app) (\(stopping.command)): not every process of it had stopped when its \(stopping.signal == Signal.kill ? "termination's bound" : "terminate grace") ran out; signalled all the same")
             signalTermination(app, stopping)

@@ -379,6 +379,17 @@ import TestSupport
         try waitUntil("all killed") { shell.pidfd.hasExited && running.hasExited }
     }
 
+    /// How long a termination waits for its processes' stops: the model's bound, or half a
+    /// catchable signal's grace if that is sooner, so the signal always goes out before the
+    /// grace's first end (the model then counts the grace from it).
+    @Test func aTerminationsWaitForItsStopsEndsBeforeItsGrace() {
+        let second = BackgroundModel.terminationStopBound.nanoseconds
+        #expect(Enforcer.signalBound(grace: nil) == second)  // SIGKILL
+        #expect(Enforcer.signalBound(grace: 10 * second) == second)
+        #expect(Enforcer.signalBound(grace: 600_000_000) == 300_000_000)
+        #expect(Enforcer.signalBound(grace: 0) == 0)
+    }
+
     /// uid 65534's app, its termination waiting for its stops: its child, continued by
     /// someone else, runs a setuid-root program meanwhile and is root's when the wait ends
     /// (at the model's bound, for want of its stop). The app's own process is killed; root's
