@@ -137,7 +137,7 @@ import Varlink
     /// `SIGKILL` at the grace's end: no time at all; with the grace counted from the
     /// termination, a second or half the grace too little.)
     @Test(.enabled(if: Capabilities.cgroupsWritable, "needs a writable cgroup v2 hierarchy (root)"),
-          arguments: [(grace: 2.0, handler: 1.5, bound: 1.0), (grace: 0.6, handler: 0.4, bound: 0.3)])
+          arguments: [(grace: 2.0, handler: 1.5, bound: 1.0), (grace: 0.8, handler: 0.4, bound: 0.4)])
     func aTerminationWhoseChildCannotStopIsSignalledAtTheBoundWithItsWholeGrace(grace: Double, handler: Double, bound: Double) throws {
         let cgroup = Cgroup(directory: Cgroup.mountPoint! + "/bgtaskd-test-\(getpid())-unstoppable-\(Int(grace * 1000))")
         try systemCall("mkdir") { mkdir(cgroup.directory, 0o755) }
