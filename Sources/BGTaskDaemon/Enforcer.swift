@@ -406,8 +406,8 @@ final class Enforcer {
     /// forked (a walk below each process held, each stopped before its children are read),
     /// and the termination waits for its stop in turn. A termination whose processes have
     /// not all stopped (one continued by someone else, or in the kernel for long) is
-    /// signalled all the same at the model's `terminationStopBound` (`Stopping.signalBy`); a
-    /// catchable signal's grace runs from then (`signalledLate`). Without `waiting` (the
+    /// signalled all the same at its bound (`signalBound`: the model's `terminationStopBound`,
+    /// or half a catchable signal's grace), whose grace runs from then (`signalledLate`). Without `waiting` (the
     /// daemon is stopping) every termination is looked at and signalled now.
     ///
     /// What a look costs is bounded: a process found stopped is not read again (one its owner
@@ -443,7 +443,7 @@ final class Enforcer {
                 }
                 reportExcluded(app, uid: stopping.uid, command: stopping.command, action: "terminated")
             }
-            if waiting, stopping.stopped < stopping.pidfds.count {
+            if waiting, bounded, stopping.stopped < stopping.pidfds.count {
                 log(.notice, about: stopping.uid, "App \(app) (\(stopping.command)): not every process of it had stopped \(ConfigurationValue.formatTimeSpan(.nanoseconds(stopping.signalBy - stopping.started))) after its termination; signalled all the same\(stopping.signal == Signal.kill ? "" : ", its terminate grace from now")")
             }
             signalTermination(app, takeStopping(app)!)
