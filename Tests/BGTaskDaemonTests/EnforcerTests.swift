@@ -271,7 +271,14 @@ import TestSupport
         }
         let middle = try Pidfd.open(pid: below[0]), leaf = try Pidfd.open(pid: below[1])
         var forked: [Pidfd] = []
-        defer { for pidfd in ProcessTree.members(of: leaf) + forked { try? pidfd.send(signal: SIGKILL) } }
+        defer {
+            // The leaf stopped first: the resume's SIGCONT has it fork once more, and a child
+            // forked after its list was read outlived the test (CI: the suite's output held
+            // open by it, re-parented). A fork under way finishes before the stop takes.
+            try? leaf.send(signal: SIGSTOP)
+            try? waitUntil("the leaf stopped", timeout: 5) { leaf.hasExited || processState(leaf.pid) == "T" }
+            for pidfd in ProcessTree.members(of: leaf) + forked { try? pidfd.send(signal: SIGKILL) }
+        }
         let app = try rig.app(shell)
         rig.enforcer.suspend(app, uid: 0, command: "sh", mode: .signal, at: 0)
         try waitUntil("the three stopped") { [shell.pid, middle.pid, leaf.pid].allSatisfy { processState($0) == "T" } }
