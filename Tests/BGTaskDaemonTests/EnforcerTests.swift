@@ -272,12 +272,12 @@ import TestSupport
         let middle = try Pidfd.open(pid: below[0]), leaf = try Pidfd.open(pid: below[1])
         var forked: [Pidfd] = []
         defer {
-            // The leaf stopped first: the resume's SIGCONT has it fork once more, and a child
-            // forked after its list was read outlived the test (CI: the suite's output held
-            // open by it, re-parented). A fork under way finishes before the stop takes.
-            try? leaf.send(signal: SIGSTOP)
-            try? waitUntil("the leaf stopped", timeout: 5) { leaf.hasExited || processState(leaf.pid) == "T" }
-            for pidfd in ProcessTree.members(of: leaf) + forked { try? pidfd.send(signal: SIGKILL) }
+            // Out of the shell's tree: killed as a tree of its own, each process stopped before
+            // its list is read (the resume's SIGCONT has it fork once more; a child forked
+            // after a plain read of its list outlived the test in CI, re-parented, holding the
+            // suite's output).
+            Spawned.killTree(of: leaf)
+            for pidfd in forked { try? pidfd.send(signal: SIGKILL) }
         }
         let app = try rig.app(shell)
         rig.enforcer.suspend(app, uid: 0, command: "sh", mode: .signal, at: 0)

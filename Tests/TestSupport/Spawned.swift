@@ -55,11 +55,14 @@ public final class Spawned {
     /// (state `T`) is past any fork it was in, its child on its list; one merely sent
     /// `SIGSTOP` is not: this kernel lets a fork under way finish (a signal to the one
     /// process no longer restarts it), and a child forked so lived on as an orphan.
-    public func killTree() {
+    public func killTree() { Self.killTree(of: pidfd) }
+
+    /// `killTree` of any process a test holds: one re-parented out of a `Spawned`'s tree.
+    public static func killTree(of root: Pidfd) {
         var members: [Int32: Pidfd] = [:]
         for _ in 0..<64 {
             var excluded: [Int32] = [], unreached: [Int32] = []
-            let found = ProcessTree.members(of: pidfd, owner: nil, excluded: &excluded, unreached: &unreached) {
+            let found = ProcessTree.members(of: root, owner: nil, excluded: &excluded, unreached: &unreached) {
                 members[$0.pid] != nil || $0.trySend(signal: SIGSTOP)
             }.filter { members[$0.pid] == nil }
             if found.isEmpty { break }
@@ -67,7 +70,7 @@ public final class Spawned {
             try? waitUntil("the processes stopped", timeout: 2) { found.allSatisfy(Self.settled) }
         }
         for member in members.values { try? member.send(signal: SIGKILL) }
-        try? pidfd.send(signal: SIGKILL)
+        try? root.send(signal: SIGKILL)
     }
 
     /// Past any fork: stopped, gone, or frozen by its cgroup (which a stop does not change).
