@@ -407,8 +407,9 @@ final class Enforcer {
     /// and the termination waits for its stop in turn. A termination whose processes have
     /// not all stopped (one continued by someone else, or in the kernel for long) is
     /// signalled all the same at its bound (`signalBound`: the model's `terminationStopBound`,
-    /// or half a catchable signal's grace), whose grace runs from then (`signalledLate`). Without `waiting` (the
-    /// daemon is stopping) every termination is looked at and signalled now.
+    /// or half a catchable signal's grace), whose grace runs from then (`signalledLate`).
+    /// Without `waiting` (the daemon is stopping) every termination is looked at and
+    /// signalled now.
     ///
     /// What a look costs is bounded: a process found stopped is not read again (one its owner
     /// continues after that may fork its way out, as a double fork may), and a termination
