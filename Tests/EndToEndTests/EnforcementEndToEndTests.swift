@@ -130,8 +130,7 @@ import Varlink
     }
 
     /// A termination's process that cannot stop (long in the kernel: here a child of the
-    /// app's the test moved into a cgroup it froze — a stop waits for the thaw, a `SIGKILL`
-    /// does not) has its app signalled at the bound — a second after the termination, or half
+    /// app's the test moved into a cgroup it froze, `UnstoppableApp`) has its app signalled at the bound — a second after the termination, or half
     /// the grace if that is sooner — and the grace runs from that signal: the app's handler, a
     /// little shorter than the grace, runs to its end. (It got its `SIGTERM` with the
     /// `SIGKILL` at the grace's end: no time at all; with the grace counted from the
@@ -143,34 +142,9 @@ import Varlink
                       (grace: 2.0, handler: 1.5, bound: 1.0, asNobody: true)])
     func aTerminationWhoseChildCannotStopIsSignalledAtTheBoundWithItsWholeGrace(grace: Double, handler: Double, bound: Double,
                                                                               asNobody: Bool) throws {
-        let cgroup = Cgroup(directory: Cgroup.mountPoint! + "/bgtaskd-test-\(getpid())-unstoppable-\(Int(grace * 1000))-\(asNobody)")
-        try systemCall("mkdir") { mkdir(cgroup.directory, 0o755) }
-        defer { rmdir(cgroup.directory) }
+        let unstoppable = try UnstoppableApp("unstoppable-\(Int(grace * 1000))-\(asNobody)", handler: handler, asNobody: asNobody)
+        let app = unstoppable.app
         let daemon = try TestDaemon(["TerminateSignal=SIGTERM", "TerminateGraceSec=\(Int(grace * 1000))ms"])
-        let nobody = ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
-        let command = (asNobody ? nobody : []) + ["/usr/bin/python3", "-c", """
-            import signal, subprocess, sys, time
-            def handler(*_):
-                print('got-term', flush=True)
-                time.sleep(float(sys.argv[1]))
-                print('handled', flush=True)
-            signal.signal(signal.SIGTERM, handler)
-            print('child', subprocess.Popen(['/bin/sleep', '1000']).pid, flush=True)
-            while True: signal.pause()
-            """, String(handler)]
-        let app = try Spawned(command[0], Array(command.dropFirst()))
-        let line = try #require(try app.readLine(timeout: 5))
-        let childPID = try #require(Int32(line.split(separator: " ").last ?? ""), "not a pid: \(line)")
-        #expect(try ProcStatus.uids(pid: app.pid).effective == (asNobody ? 65534 : 0))
-        // Its own child, held by a pidfd while it is moved (the test's to freeze).
-        let child = try Pidfd.open(pid: childPID)
-        try #require(processTree(of: app.pidfd).map(\.pid).contains(childPID))
-        let procs = FileDescriptor(try systemCall("open(cgroup.procs)") { open(cgroup.directory + "/cgroup.procs", O_WRONLY | O_CLOEXEC) })
-        try procs.writeAll(Array(String(child.pid).utf8))
-        procs.close()
-        try waitUntil("the child in its cgroup") { try cgroup.processes() == [childPID] }
-        try cgroup.setFrozen(true)
-        try waitUntil("frozen 1") { try cgroup.isFrozen() }
         try daemon.setState(app.pid, "foreground")  // known to the daemon; running
         let start = Clock.monotonicNanoseconds()
         try daemon.manager("Terminate", ["pid": .int(Int64(app.pid))])
@@ -185,7 +159,7 @@ import Varlink
         let killed = Double(Clock.monotonicNanoseconds() - start) / 1e9
         #expect(killed >= signalled + handler, "SIGKILL came \(killed)s after the termination, the signal \(signalled)s")
         #expect(killed < signalled + grace + 1, "SIGKILL came \(killed)s after the termination, the signal \(signalled)s")
-        try waitUntil("the frozen child killed too") { child.hasExited }
+        try waitUntil("the frozen child killed too") { unstoppable.child.hasExited }
     }
 
     @Test func straySIGCONTIsNoticedAndTheAppStoppedAgain() throws {
