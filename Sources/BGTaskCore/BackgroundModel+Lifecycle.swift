@@ -291,7 +291,7 @@ extension BackgroundModel {
         // a daemon restarted meanwhile kills what its predecessor left stopped.
         let grace = signal == .kill ? nil : settings(record).terminateGrace
         let killAt = now + (grace ?? Self.terminationStopBound)
-        terminating[app] = Termination(killAt: killAt, uid: record.uid, grace: grace)
+        terminating[app] = Termination(killAt: killAt, uid: record.uid, grace: grace, unsent: grace == nil ? nil : signal)
         timers.insert(.kill(app), at: killAt)
         effects.append(.act(AppActionRecord(app: app, uid: record.uid, command: record.command, unit: record.unit,
                                             action: .terminated, reason: reason,
@@ -305,16 +305,32 @@ extension BackgroundModel {
     /// A catchable termination's grace (`nil`: a `SIGKILL` termination, or none under way).
     public func terminationGrace(of app: ProcessIdentity) -> Duration? { terminating[app]?.grace }
 
-    /// A catchable termination's signal went out only now, after the termination (its
-    /// processes' stops took long, `Enforcer.signalStoppedTerminations`): its grace runs from
-    /// the signal, so the handler gets all of it; the `SIGKILL` comes no earlier than the grace
-    /// after the signal. A `SIGKILL` termination, or one not known, is left as it is.
+    /// A catchable termination's signal went out: no longer `unsent` (a restart does not send
+    /// it again). Its grace runs from the signal, so one sent after the termination (its
+    /// processes' stops took long, `Enforcer.signalStoppedTerminations`) still gives the
+    /// handler all of it: the `SIGKILL` comes no earlier than the grace after the signal. A
+    /// `SIGKILL` termination, or one not known, is left as it is.
     public mutating func terminationSignalled(_ app: ProcessIdentity, at now: Instant) {
-        guard var termination = terminating[app], let grace = termination.grace, now + grace > termination.killAt else { return }
-        termination.killAt = now + grace
+        guard var termination = terminating[app], let grace = termination.grace else { return }
+        let later = now + grace > termination.killAt
+        guard later || termination.unsent != nil else { return }
+        termination.unsent = nil
+        if later {
+            termination.killAt = now + grace
+            timers.insert(.kill(app), at: termination.killAt)
+        }
         terminating[app] = termination
         apps.touch(app)
-        timers.insert(.kill(app), at: termination.killAt)
+    }
+
+    /// The catchable terminations whose signal has not gone out: after a restart, those the
+    /// previous daemon was still waiting to send (its processes' stops), for the daemon to
+    /// send now. Their `SIGKILL` comes no earlier than the grace after the restart.
+    public var unsentTerminations: [(process: ProcessIdentity, uid: UInt32, signal: TerminateSignal, grace: Duration)] {
+        terminating.compactMap { process, termination in
+            guard let signal = termination.unsent, let grace = termination.grace else { return nil }
+            return (process, termination.uid, signal, grace)
+        }
     }
 
     // MARK: Time

@@ -120,17 +120,20 @@ public struct SavedState: Equatable, Sendable {
 }
 
 /// A process sent a terminate signal: when its `SIGKILL` is due, the uid of the app it was
-/// (so a restart re-proves it before acting), and a catchable signal's grace (`nil` for
-/// `SIGKILL`), which runs from the signal (`BackgroundModel.terminationSignalled`).
+/// (so a restart re-proves it before acting), a catchable signal's grace (`nil` for
+/// `SIGKILL`), which runs from the signal (`BackgroundModel.terminationSignalled`), and that
+/// signal until the daemon has sent it (`unsent`: a restart sends it, `unsentTerminations`).
 public struct Termination: Equatable, Sendable {
     public var killAt: Instant
     public var uid: UInt32
     public var grace: Duration?
+    public var unsent: TerminateSignal?
 
-    public init(killAt: Instant, uid: UInt32, grace: Duration? = nil) {
+    public init(killAt: Instant, uid: UInt32, grace: Duration? = nil, unsent: TerminateSignal? = nil) {
         self.killAt = killAt
         self.uid = uid
         self.grace = grace
+        self.unsent = unsent
     }
 }
 
@@ -282,8 +285,12 @@ extension BackgroundModel {
         }
         requestChanges.removeAll()
         replan(at: now)
-        for (process, termination) in saved.terminating where apps[process] == nil {
+        for (process, var termination) in saved.terminating where apps[process] == nil {
             let watched = needsWatch(process)
+            // A catchable signal the previous daemon had not sent (it waited for the
+            // processes' stops): the daemon sends it now, within half its grace
+            // (`unsentTerminations`), so no `SIGKILL` comes before the grace from now.
+            if termination.unsent != nil, let grace = termination.grace { termination.killAt = max(termination.killAt, now + grace) }
             terminating[process] = termination
             apps.touch(process)
             timers.insert(.kill(process), at: termination.killAt)

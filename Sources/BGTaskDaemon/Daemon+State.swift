@@ -54,6 +54,17 @@ extension Daemon {
                 enforcer.resume(app.identity, uid: app.uid, at: loop.now)
             }
         }
+        // A catchable termination whose signal the previous daemon had not sent yet (it was
+        // waiting for its processes' stops, `Enforcer.signalStoppedTerminations`) is signalled
+        // now, its grace from then: it stopped short of the handler, which a restart must not
+        // take from it (the `SIGKILL` at the saved instant was all that came).
+        for termination in model.unsentTerminations {
+            let process = termination.process
+            let command = watches[process].flatMap { _ in try? ProcStat.read(pid: process.pid).command } ?? "?"
+            log(.notice, "App \(process) (\(command)) was being terminated when \(stateFile.path) was written, its \(termination.signal) not sent yet: sending it now, its terminate grace from then")
+            enforcer.terminate(process, uid: termination.uid, command: command, signal: termination.signal.number,
+                               grace: termination.grace.nanoseconds, at: loop.now)
+        }
         finishStops()
         if loaded.found {
             let counts = model.stateCounts

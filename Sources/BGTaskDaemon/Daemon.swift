@@ -195,7 +195,7 @@ public final class Daemon {
         enforcer.schedule = { [unowned self] wait, instant in
             if let instant { model.schedule(wait, at: Instant(nanoseconds: instant)) } else { model.cancel(wait) }
         }
-        enforcer.signalledLate = { [unowned self] app, instant in
+        enforcer.signalled = { [unowned self] app, instant in
             model.terminationSignalled(app, at: Instant(nanoseconds: instant))
         }
         do {

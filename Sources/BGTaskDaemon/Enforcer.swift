@@ -103,9 +103,10 @@ final class Enforcer {
     private let record: (LogEntry.Priority, UInt32?, String) -> Void
     /// Arms (an instant) or disarms (`nil`) one of the enforcement's waits: the model's timers.
     var schedule: (Wait, Int64?) -> Void = { _, _ in }
-    /// A catchable termination's signal went out after the termination (its stops waited
-    /// for): the model's grace runs from now (`BackgroundModel.terminationSignalled`).
-    var signalledLate: (ProcessIdentity, Int64) -> Void = { _, _ in }
+    /// A catchable termination's signal went out (at once, or after its stops were waited
+    /// for): the model's grace runs from then, and a restart does not send it again
+    /// (`BackgroundModel.terminationSignalled`).
+    var signalled: (ProcessIdentity, Int64) -> Void = { _, _ in }
     /// The pidfd the daemon has held for the app's own process since it registered:
     /// every tree walk starts from it, never from a bare pid.
     let root: (ProcessIdentity) -> Pidfd?
@@ -381,20 +382,23 @@ final class Enforcer {
                                 signalBy: now + Self.signalBound(grace: signal == Signal.kill ? nil : grace), started: now)
         // A process app's tree (no cgroup to kill it whole): signalled once its stops took.
         guard whole == nil, unit(app) == nil, !pidfds.isEmpty, stoppingBudget.allows(pidfds.count, for: uid, within: heldStopLimits)
-        else { return signalTermination(app, stopping) }
+        else { return signalTermination(app, stopping, at: now) }
         stoppingForSignal[app] = stopping
         stoppingBudget.add(pidfds.count, for: uid)
         armTerminationStops(at: stopping.next)
     }
 
     /// Signals a termination's processes (`Stopping`) that their owner may still signal;
-    /// a catchable signal is followed by `SIGKILL` after the grace (`kill`).
-    private func signalTermination(_ app: ProcessIdentity, _ stopping: Stopping) {
+    /// a catchable signal is followed by `SIGKILL` after the grace (`kill`), and reported
+    /// (`signalled`) when sent before it (`now`).
+    private func signalTermination(_ app: ProcessIdentity, _ stopping: Stopping, at now: Int64?) {
         for pidfd in stopping.pidfds where Self.owner(stopping.uid, maySignal: pidfd) {
             if stopping.signal != Signal.kill { try? pidfd.send(signal: Signal.continue) }
             try? pidfd.send(signal: stopping.signal)
         }
-        if stopping.signal != Signal.kill { terminating[app] = (stopping.pidfds, stopping.cgroup, stopping.instance) }
+        guard stopping.signal != Signal.kill else { return }
+        terminating[app] = (stopping.pidfds, stopping.cgroup, stopping.instance)
+        if let now { signalled(app, now) }
     }
 
     /// Signals the terminations whose processes have all stopped (`terminate`), each once
@@ -407,7 +411,7 @@ final class Enforcer {
     /// and the termination waits for its stop in turn. A termination whose processes have
     /// not all stopped (one continued by someone else, or in the kernel for long) is
     /// signalled all the same at its bound (`signalBound`: the model's `terminationStopBound`,
-    /// or half a catchable signal's grace), whose grace runs from then (`signalledLate`).
+    /// or half a catchable signal's grace), whose grace runs from then (`signalled`).
     /// Without `waiting` (the daemon is stopping) every termination is looked at and
     /// signalled now.
     ///
@@ -447,8 +451,7 @@ final class Enforcer {
             if waiting, bounded, stopping.stopped < stopping.pidfds.count {
                 log(.notice, about: stopping.uid, "App \(app) (\(stopping.command)): not every process of it had stopped \(ConfigurationValue.formatTimeSpan(.nanoseconds(stopping.signalBy - stopping.started))) after its termination; signalled all the same\(stopping.signal == Signal.kill ? "" : ", its terminate grace from now")")
             }
-            signalTermination(app, takeStopping(app)!)
-            if stopping.signal != Signal.kill { signalledLate(app, now) }
+            signalTermination(app, takeStopping(app)!, at: now)
         }
         if let next = stoppingForSignal.values.lazy.map(\.next).min() { armTerminationStops(at: next) }
     }
@@ -466,7 +469,7 @@ final class Enforcer {
     /// How long a termination waits for its processes' stops at most: the model's
     /// `terminationStopBound` (with `SIGKILL`, its `kill` falls due then too); for a catchable
     /// signal no more than half its grace, so the signal goes out before the grace's first
-    /// end, which the model then moves to the grace after the signal (`signalledLate`): a
+    /// end, which the model then moves to the grace after the signal (`signalled`): a
     /// process kept running — continued by someone else, long in the kernel — costs the app
     /// at most this wait, never its handler's time.
     static func signalBound(grace: Int64?) -> Int64 {
@@ -497,7 +500,7 @@ final class Enforcer {
         // followed by `SIGKILL` below).
         if let stopping = takeStopping(app) {
             log(.notice, about: uid, "App \(app) (\(stopping.command)): not every process of it had stopped when its \(stopping.signal == Signal.kill ? "termination's bound" : "terminate grace") ran out; signalled all the same")
-            signalTermination(app, stopping)
+            signalTermination(app, stopping, at: nil)
             if stopping.signal == Signal.kill { return }
         }
         let record = terminating.removeValue(forKey: app) ?? ([], nil, nil)

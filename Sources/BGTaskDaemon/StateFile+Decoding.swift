@@ -58,6 +58,20 @@ extension StateFile {
         return ProcessIdentity(pid: Int32(pid), startTime: UInt64(bitPattern: try int(value?["start"])), inode: inode)
     }
 
+    /// A termination: files of daemons before the grace ran from the signal have no `grace`,
+    /// before a restart sent an unsent signal no `unsent` (taken as sent).
+    static func termination(_ value: JSON) throws -> Termination {
+        let unsent = try value["unsent"].map { json in
+            let number = try int(json)
+            guard let signal = TerminateSignal(parsing: String(number)), signal != .kill else {
+                throw Malformed(description: "unsent signal \(number) is not a catchable TerminateSignal")
+            }
+            return signal
+        }
+        return Termination(killAt: try instant(value["killAt"]), uid: try uid(value["uid"]),
+                           grace: value["grace"] == nil ? nil : .nanoseconds(try int(value["grace"])), unsent: unsent)
+    }
+
     static func uid(_ value: JSON?) throws -> UInt32 {
         let uid = try int(value)
         guard let result = UInt32(exactly: uid) else { throw Malformed(description: "uid \(uid) out of range") }

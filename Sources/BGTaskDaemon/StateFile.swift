@@ -108,9 +108,7 @@ final class StateFile {
         switch kind {
         case "app": loaded.state.apply(.app(try Self.app(value)))
         case "terminating":
-            loaded.state.apply(.terminating(try Self.identity(value),
-                                            Termination(killAt: try Self.instant(value["killAt"]), uid: try Self.uid(value["uid"]),
-                                                        grace: value["grace"] == nil ? nil : .nanoseconds(try Self.int(value["grace"])))))
+            loaded.state.apply(.terminating(try Self.identity(value), try Self.termination(value)))
         case "gone": loaded.state.apply(.gone(try Self.identity(value)))
         case "task": loaded.state.apply(.task(try Self.task(value)))
         case "taskGone": loaded.state.apply(.gone(TaskID(try Self.int(value))))
@@ -189,6 +187,7 @@ final class StateFile {
             object["killAt"] = .int(termination.killAt.nanoseconds)
             object["uid"] = .int(Int64(termination.uid))
             if let grace = termination.grace { object["grace"] = .int(grace.nanoseconds) }
+            if let unsent = termination.unsent { object["unsent"] = .int(Int64(unsent.number)) }
             append("terminating", .object(object))
         case let .gone(process): append("gone", .object(Self.fields(process)))
         }

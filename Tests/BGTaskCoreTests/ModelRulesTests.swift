@@ -508,4 +508,63 @@ import Testing
         killed.at(BackgroundModel.terminationStopBound.seconds)
         #expect(killed.take().contains(.kill(other, uid: 1000)))
     }
+
+    /// A catchable signal is `unsent` until the daemon reports it sent; a restart finds the
+    /// ones its predecessor had not sent (it was waiting for their processes' stops), for the
+    /// daemon to send, and gives each its grace from the restart: no `SIGKILL` before it, not
+    /// even where the saved one is past. A sent one, and a `SIGKILL` termination, are not sent
+    /// again.
+    @Test func aRestartFindsTheSignalsNotSentAndGivesThemTheirGrace() throws {
+        var h = ModelHarness { $0.terminateSignal = .term; $0.terminateGrace = .seconds(2) }
+        let sent = try h.app(pid: 100), waiting = try h.app(pid: 101), late = try h.app(pid: 102)
+        for app in [sent, waiting, late] { try h.model.terminate(app, at: h.now, effects: &h.effects) }  // at 0
+        #expect(Set(h.model.unsentTerminations.map(\.process)) == [sent, waiting, late])
+        #expect(h.model.savedState().terminating[waiting]?.unsent == .term)
+        h.model.terminationSignalled(sent, at: h.now)  // at once: the grace as it was
+        #expect(h.model.savedState().terminating[sent] == Termination(killAt: .seconds(2), uid: 1000, grace: .seconds(2)))
+        #expect(Set(h.model.unsentTerminations.map(\.process)) == [waiting, late])
+        _ = h.take()
+
+        func restored(at seconds: Double) -> ModelHarness {
+            var restored = ModelHarness()
+            restored.model = BackgroundModel(configuration: h.model.configuration, seed: 7)
+            restored.now = .seconds(seconds)
+            restored.model.restore(h.model.savedState(), at: restored.now, effects: &restored.effects)
+            _ = restored.take()
+            return restored
+        }
+        var soon = restored(at: 1.5)
+        let unsent = soon.model.unsentTerminations.sorted { $0.process.pid < $1.process.pid }
+        #expect(unsent.map(\.process) == [waiting, late])
+        #expect(unsent.allSatisfy { $0.uid == 1000 && $0.signal == .term && $0.grace == .seconds(2) })
+        soon.at(2)
+        #expect(soon.take() == [.kill(sent, uid: 1000), .unwatch(sent)])
+        soon.model.terminationSignalled(waiting, at: .seconds(1.5))
+        soon.model.terminationSignalled(late, at: .seconds(2.2))  // after its stops' wait
+        #expect(soon.model.unsentTerminations.isEmpty)
+        soon.at(3.499)
+        #expect(soon.take().isEmpty)
+        soon.at(3.5)
+        #expect(soon.take() == [.kill(waiting, uid: 1000), .unwatch(waiting)])
+        soon.at(4.199)
+        #expect(soon.take().isEmpty)
+        soon.at(4.2)
+        #expect(soon.take() == [.kill(late, uid: 1000), .unwatch(late)])
+
+        // Restarted long after the saved kill: the grace from the restart all the same.
+        var after = restored(at: 10)
+        after.at(10)
+        #expect(after.take() == [.kill(sent, uid: 1000), .unwatch(sent)])
+        after.at(11.999)
+        #expect(after.take().isEmpty)
+        after.at(12)
+        let both = after.take()
+        #expect(both.count == 4 && [Effect.kill(waiting, uid: 1000), .unwatch(waiting), .kill(late, uid: 1000), .unwatch(late)].allSatisfy(both.contains))
+
+        var killed = ModelHarness { $0.terminateSignal = .kill }
+        let other = try killed.app(pid: 103)
+        try killed.model.terminate(other, at: killed.now, effects: &killed.effects)
+        #expect(killed.model.unsentTerminations.isEmpty)
+        #expect(killed.model.savedState().terminating[other]?.unsent == nil)
+    }
 }

@@ -34,6 +34,7 @@ import Testing
         try h.begin(apps["running"]!, "late")  // still pending at 10 s unless its latency was short
         h.at(9)
         try h.model.terminate(apps["terminating"]!, at: h.now, effects: &h.effects)  // SIGKILL due at 11 s
+        h.model.terminationSignalled(apps["terminating"]!, at: h.now)  // the daemon's signal, at once
         h.at(10)
         return (h, apps)
     }

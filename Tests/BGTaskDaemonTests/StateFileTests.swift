@@ -49,16 +49,18 @@ import Testing
         #expect(!file.needsRoom)
     }
 
-    /// A termination's grace (a catchable signal's, which runs from the signal) is read back
-    /// as written; a `SIGKILL` termination has none.
+    /// A termination's grace (a catchable signal's, which runs from the signal) and its signal
+    /// not sent yet are read back as written; a `SIGKILL` termination has neither.
     @Test func aTerminationsGraceIsReadBack() throws {
         let (file, path) = try freshStateFile()
         defer { remove(path) }
         let caught = ProcessIdentity(pid: 100, startTime: 1), killed = ProcessIdentity(pid: 101, startTime: 2)
+        let waiting = ProcessIdentity(pid: 102, startTime: 3)
         let terminations = [caught: Termination(killAt: .seconds(3), uid: 1000, grace: .milliseconds(2500)),
-                            killed: Termination(killAt: .seconds(1), uid: 65534)]
+                            killed: Termination(killAt: .seconds(1), uid: 65534),
+                            waiting: Termination(killAt: .seconds(4), uid: 65534, grace: .seconds(4), unsent: TerminateSignal(parsing: "USR1"))]
         for (process, termination) in terminations { file.record(.terminating(process, termination)) }
-        _ = try file.flush(liveRecords: 2)
+        _ = try file.flush(liveRecords: 3)
         let loaded = file.load()
         #expect(loaded.problems.isEmpty)
         #expect(loaded.state.terminating == terminations)

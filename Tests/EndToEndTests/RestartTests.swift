@@ -115,6 +115,64 @@ import Varlink
         try waitUntil("the app held past its restored deadline killed") { probe.process.hasExited }
     }
 
+    /// A daemon killed while a catchable termination waits for its processes' stops (the
+    /// app's child cannot stop: `UnstoppableApp`) had not sent the signal; the daemon after it
+    /// sends it, and the grace runs from then: the app's handler runs to its end before the
+    /// `SIGKILL`. (The next daemon left the app stopped and sent the `SIGKILL` at the saved
+    /// instant: no handler at all.) Also for uid 65534's app.
+    @Test(.enabled(if: Capabilities.cgroupsWritable && getuid() == 0, "needs a writable cgroup v2 hierarchy and setpriv (root)"),
+          arguments: [false, true])
+    func aTerminationsSignalNotSentByAKilledDaemonIsSentByTheNext(asNobody: Bool) throws {
+        let unstoppable = try UnstoppableApp("restart-\(asNobody)", handler: 1.5, asNobody: asNobody)
+        let app = unstoppable.app
+        let settings = ["TerminateSignal=SIGTERM", "TerminateGraceSec=3s"]
+        let first = try TestDaemon(settings)
+        try first.setState(app.pid, "foreground")  // known to the daemon; running
+        let start = Clock.monotonicNanoseconds()
+        try first.manager("Terminate", ["pid": .int(Int64(app.pid))])
+        // Its processes stopped; the daemon waits for the child's stop (a second at most).
+        try waitUntil("the app stopped", timeout: 1) { processState(app.pid) == "T" }
+        try first.crash()
+        let crashed = Double(Clock.monotonicNanoseconds() - start) / 1e9
+        try #require(crashed < 0.9, "the daemon was killed \(crashed)s after the termination, maybe after its signal")
+        let second = try first.restart(settings)
+        try app.expectLine("got-term")
+        let signalled = Double(Clock.monotonicNanoseconds() - start) / 1e9
+        #expect(second.logged { $0.contains("App pid \(app.pid) (python3) was being terminated when ") && $0.contains("its SIGTERM not sent yet") })
+        try app.expectLine("handled")
+        #expect(Spawned.terminatingSignal(try app.wait(timeout: 5)) == SIGKILL)
+        let killed = Double(Clock.monotonicNanoseconds() - start) / 1e9
+        #expect(killed >= signalled + 1.5, "SIGKILL came \(killed)s after the termination, the signal \(signalled)s")
+        #expect(killed < signalled + 3 + 1, "SIGKILL came \(killed)s after the termination, the signal \(signalled)s")
+        try waitUntil("the frozen child killed too") { unstoppable.child.hasExited }
+    }
+
+    /// A termination's signal sent before the daemon was killed is not sent again by the next
+    /// one, whose `SIGKILL` comes at the saved instant: the grace after the first signal.
+    @Test func aTerminationsSignalSentBeforeAKillIsNotSentAgain() throws {
+        let app = try Spawned("/usr/bin/python3", ["-c", """
+            import signal
+            signal.signal(signal.SIGTERM, lambda *_: print('got-term', flush=True))
+            print('ready', flush=True)
+            while True: signal.pause()
+            """])
+        try app.expectLine("ready")
+        let settings = ["TerminateSignal=SIGTERM", "TerminateGraceSec=2s"]
+        let first = try TestDaemon(settings)
+        try first.setState(app.pid, "foreground")
+        let start = Clock.monotonicNanoseconds()
+        try first.manager("Terminate", ["pid": .int(Int64(app.pid))])
+        try app.expectLine("got-term")
+        _ = try first.apps()  // answered in a later pass than the signal's: its record is written
+        try first.crash()
+        let second = try first.restart(settings)
+        defer { withExtendedLifetime(second) {} }
+        #expect(try app.readLine(timeout: 5) == nil, "a second signal")
+        #expect(Spawned.terminatingSignal(try app.wait(timeout: 5)) == SIGKILL)
+        let killed = Double(Clock.monotonicNanoseconds() - start) / 1e9
+        #expect(killed >= 2 && killed < 3, "SIGKILL came \(killed)s after the termination; the grace is 2s")
+    }
+
     @Test func nothingIsLostOverManyKills() throws {
         let settings = ["BackgroundTimeSec=5min", "GrantLatencyMinSec=1ms", "GrantLatencyMaxSec=20ms"]
         var daemon = try TestDaemon(settings)
