@@ -397,6 +397,8 @@ public final class Daemon {
     /// A daemon that stops must not leave processes stopped with nobody in charge.
     func shutdown() {
         enforcer.signalStoppedTerminations(at: loop.now, waiting: false)
+        // Those signals saved as sent: the next daemon must not send them again.
+        writeState()
         for app in enforcer.resumeAll(at: loop.now) {
             log(.notice, "App \(app) resumed: bgtaskd is stopping")
         }

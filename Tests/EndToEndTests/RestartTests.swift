@@ -147,6 +147,31 @@ import Varlink
         try waitUntil("the frozen child killed too") { unstoppable.child.hasExited }
     }
 
+    /// A stopping daemon signals at once the terminations still waiting for their stops, and
+    /// saves them as signalled: the next daemon does not send the signal again (the app's
+    /// handler, still running, would have been called a second time), and its `SIGKILL` comes
+    /// the grace after the stopping daemon's signal.
+    @Test(.enabled(if: Capabilities.cgroupsWritable && getuid() == 0, "needs a writable cgroup v2 hierarchy and setpriv (root)"))
+    func aTerminationSignalledByAStoppingDaemonIsNotSignalledAgain() throws {
+        let unstoppable = try UnstoppableApp("stopped", handler: 1.5, asNobody: false)
+        let app = unstoppable.app
+        let settings = ["TerminateSignal=SIGTERM", "TerminateGraceSec=3s"]
+        let first = try TestDaemon(settings)
+        try first.setState(app.pid, "foreground")
+        try first.manager("Terminate", ["pid": .int(Int64(app.pid))])
+        try waitUntil("the app stopped", timeout: 1) { processState(app.pid) == "T" }
+        try first.stop()
+        try app.expectLine("got-term")  // sent by the stopping daemon
+        let signalled = Clock.monotonicNanoseconds()
+        let second = try first.restart(settings)
+        defer { withExtendedLifetime(second) {} }
+        #expect(try app.readLine(timeout: 5) == "handled")
+        #expect(try app.readLine(timeout: 5) == nil, "a second signal")
+        #expect(Spawned.terminatingSignal(try app.wait(timeout: 5)) == SIGKILL)
+        let killed = Double(Clock.monotonicNanoseconds() - signalled) / 1e9
+        #expect(killed >= 2.5 && killed < 4, "SIGKILL came \(killed)s after the stopping daemon's signal; the grace is 3s")
+    }
+
     /// A termination's signal sent before the daemon was killed is not sent again by the next
     /// one, whose `SIGKILL` comes at the saved instant: the grace after the first signal.
     @Test func aTerminationsSignalSentBeforeAKillIsNotSentAgain() throws {

@@ -96,6 +96,12 @@ final class TestDaemon {
         _ = try process.wait(timeout: 5)
     }
 
+    /// Stops the daemon with `SIGTERM`, as systemd does, and waits for it to exit.
+    func stop() throws {
+        try process.signal(SIGTERM)
+        _ = try process.wait(timeout: 5)
+    }
+
     /// Starts another daemon on the same socket and state, which takes over the directory.
     func restart(_ settings: [String] = [], extraArguments: [String] = [], connecting: Bool = true) throws -> TestDaemon {
         handedOver = true
