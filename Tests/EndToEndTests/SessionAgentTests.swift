@@ -91,6 +91,9 @@ import Varlink
         let rig = try Rig()
         let foot = try rig.sway.openFoot(on: "1")
         try rig.startAgent(["BackgroundDelaySec=0"])
+        // Its first tree read (a window seen on workspace 1, then leaving it): "following sway"
+        // is logged as the tree is asked for, and a move sent then may come first (ASan, once).
+        try waitUntil("the agent to see foot's window", timeout: 5) { rig.agentLines().contains { $0.contains("following pid \(foot)'s windows") } }
         try rig.sway.msg("[pid=\(foot)]", "move", "scratchpad")
         try waitUntil("foot in the scratchpad to be suspended", timeout: 2) { stopped(foot) }
         #expect(rig.daemon.logged { $0.contains("App pid \(foot)") && $0.contains("window left workspace 1") })
