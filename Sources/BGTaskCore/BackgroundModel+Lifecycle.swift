@@ -305,16 +305,19 @@ extension BackgroundModel {
     /// A catchable termination's grace (`nil`: a `SIGKILL` termination, or none under way).
     public func terminationGrace(of app: ProcessIdentity) -> Duration? { terminating[app]?.grace }
 
-    /// A catchable termination's signal went out: no longer `unsent` (a restart does not send
-    /// it again). Its grace runs from the signal, so one sent after the termination (its
-    /// processes' stops took long, `Enforcer.signalStoppedTerminations`) still gives the
-    /// handler all of it: the `SIGKILL` comes no earlier than the grace after the signal. A
-    /// `SIGKILL` termination, or one not known, is left as it is.
-    public mutating func terminationSignalled(_ app: ProcessIdentity, at now: Instant) {
+    /// A catchable termination's signal went out, to the processes `signalled`: no longer
+    /// `unsent` (a restart does not send it again), and those processes saved for its
+    /// `SIGKILL` (a restarted daemon kills them). Its grace runs from the signal, so one sent
+    /// after the termination (its processes' stops took long,
+    /// `Enforcer.signalStoppedTerminations`) still gives the handler all of it: the `SIGKILL`
+    /// comes no earlier than the grace after the signal. A `SIGKILL` termination, or one not
+    /// known, is left as it is.
+    public mutating func terminationSignalled(_ app: ProcessIdentity, at now: Instant, signalled: [ProcessIdentity] = []) {
         guard var termination = terminating[app], let grace = termination.grace else { return }
         let later = now + grace > termination.killAt
-        guard later || termination.unsent != nil else { return }
+        guard later || termination.unsent != nil || !signalled.isEmpty else { return }
         termination.unsent = nil
+        if !signalled.isEmpty { termination.signalled = Array(signalled.prefix(Self.signalledSavedAtMost)) }
         if later {
             termination.killAt = now + grace
             timers.insert(.kill(app), at: termination.killAt)
@@ -322,6 +325,11 @@ extension BackgroundModel {
         terminating[app] = termination
         apps.touch(app)
     }
+
+    /// The processes of a termination saved for a restarted daemon's kill, at most: ~60 bytes
+    /// each in the state file, whose lines are read up to 1 MiB (a longer one is skipped,
+    /// and with it the termination). The app's own process is first.
+    static let signalledSavedAtMost = 4096
 
     /// The catchable terminations whose signal has not gone out: after a restart, those the
     /// previous daemon was still waiting to send (its processes' stops), for the daemon to

@@ -121,19 +121,25 @@ public struct SavedState: Equatable, Sendable {
 
 /// A process sent a terminate signal: when its `SIGKILL` is due, the uid of the app it was
 /// (so a restart re-proves it before acting), a catchable signal's grace (`nil` for
-/// `SIGKILL`), which runs from the signal (`BackgroundModel.terminationSignalled`), and that
-/// signal until the daemon has sent it (`unsent`: a restart sends it, `unsentTerminations`).
+/// `SIGKILL`), which runs from the signal (`BackgroundModel.terminationSignalled`), that
+/// signal until the daemon has sent it (`unsent`: a restart sends it, `unsentTerminations`),
+/// and the processes it went to (`signalled`: a restarted daemon, which holds none of them,
+/// kills those it can re-prove when the grace ends — re-parented ones too, which no walk
+/// from the app's own process finds).
 public struct Termination: Equatable, Sendable {
     public var killAt: Instant
     public var uid: UInt32
     public var grace: Duration?
     public var unsent: TerminateSignal?
+    public var signalled: [ProcessIdentity]
 
-    public init(killAt: Instant, uid: UInt32, grace: Duration? = nil, unsent: TerminateSignal? = nil) {
+    public init(killAt: Instant, uid: UInt32, grace: Duration? = nil, unsent: TerminateSignal? = nil,
+                signalled: [ProcessIdentity] = []) {
         self.killAt = killAt
         self.uid = uid
         self.grace = grace
         self.unsent = unsent
+        self.signalled = signalled
     }
 }
 

@@ -54,6 +54,12 @@ extension Daemon {
                 enforcer.resume(app.identity, uid: app.uid, at: loop.now)
             }
         }
+        // What the previous daemon signalled is killed when the grace ends, as it would have
+        // been: held again, each process re-proved (one that left the app's tree — a child
+        // outliving its parent's handler — is found by no walk).
+        for (process, termination) in saved.terminating where termination.unsent == nil && !termination.signalled.isEmpty {
+            enforcer.adoptSignalled(process, termination.signalled)
+        }
         // A catchable termination whose signal the previous daemon had not sent yet (it was
         // waiting for its processes' stops, `Enforcer.signalStoppedTerminations`) is signalled
         // now, its grace from then: it stopped short of the handler, which a restart must not

@@ -195,8 +195,8 @@ public final class Daemon {
         enforcer.schedule = { [unowned self] wait, instant in
             if let instant { model.schedule(wait, at: Instant(nanoseconds: instant)) } else { model.cancel(wait) }
         }
-        enforcer.signalled = { [unowned self] app, instant in
-            model.terminationSignalled(app, at: Instant(nanoseconds: instant))
+        enforcer.signalled = { [unowned self] app, instant, processes in
+            model.terminationSignalled(app, at: Instant(nanoseconds: instant), signalled: processes)
         }
         do {
             var losses = 0

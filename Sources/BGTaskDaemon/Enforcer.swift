@@ -104,9 +104,10 @@ final class Enforcer {
     /// Arms (an instant) or disarms (`nil`) one of the enforcement's waits: the model's timers.
     var schedule: (Wait, Int64?) -> Void = { _, _ in }
     /// A catchable termination's signal went out (at once, or after its stops were waited
-    /// for): the model's grace runs from then, and a restart does not send it again
-    /// (`BackgroundModel.terminationSignalled`).
-    var signalled: (ProcessIdentity, Int64) -> Void = { _, _ in }
+    /// for), to the processes listed: the model's grace runs from then, a restart does not
+    /// send it again, and kills those processes at the grace's end
+    /// (`BackgroundModel.terminationSignalled`, `adoptSignalled`).
+    var signalled: (ProcessIdentity, Int64, [ProcessIdentity]) -> Void = { _, _, _ in }
     /// The pidfd the daemon has held for the app's own process since it registered:
     /// every tree walk starts from it, never from a bare pid.
     let root: (ProcessIdentity) -> Pidfd?
@@ -398,7 +399,26 @@ final class Enforcer {
         }
         guard stopping.signal != Signal.kill else { return }
         terminating[app] = (stopping.pidfds, stopping.cgroup, stopping.instance)
-        if let now { signalled(app, now) }
+        guard let now else { return }
+        // Gone already: nothing to kill, and no identity to read (its start time 0).
+        signalled(app, now, stopping.pidfds.compactMap { pidfd in
+            let identity = ProcessIdentity(pid: pidfd.pid, startTime: pidfd.startTime, inode: pidfd.inode)
+            return identity.startTime == 0 ? nil : identity
+        })
+    }
+
+    /// A catchable termination a previous daemon signalled (restored): the processes it
+    /// signalled that are still those processes (pid, start time and pidfs inode, read while
+    /// a pidfd is held) are held for the grace's end (`kill`), as if this daemon had
+    /// signalled them — one re-parented away from the app's tree included, which no walk
+    /// from the app's own process would find.
+    func adoptSignalled(_ app: ProcessIdentity, _ processes: [ProcessIdentity]) {
+        let pidfds = processes.compactMap { process -> Pidfd? in
+            guard let pidfd = try? Pidfd.open(pid: process.pid), pidfd.startTime == process.startTime,
+                  process.inode == 0 || pidfd.inode == process.inode else { return nil }
+            return pidfd
+        }
+        if terminating[app] == nil, !pidfds.isEmpty { terminating[app] = (pidfds, nil, nil) }
     }
 
     /// Signals the terminations whose processes have all stopped (`terminate`), each once

@@ -59,7 +59,8 @@ extension StateFile {
     }
 
     /// A termination: files of daemons before the grace ran from the signal have no `grace`,
-    /// before a restart sent an unsent signal no `unsent` (taken as sent).
+    /// before a restart sent an unsent signal no `unsent` (taken as sent), before the
+    /// processes signalled were saved no `signalled`.
     static func termination(_ value: JSON) throws -> Termination {
         let unsent = try value["unsent"].map { json in
             let number = try int(json)
@@ -68,8 +69,14 @@ extension StateFile {
             }
             return signal
         }
+        var signalled: [ProcessIdentity] = []
+        if let json = value["signalled"] {
+            guard let list = json.arrayValue else { throw Malformed(description: "signalled: expected an array") }
+            signalled = try list.map { try identity($0) }
+        }
         return Termination(killAt: try instant(value["killAt"]), uid: try uid(value["uid"]),
-                           grace: value["grace"] == nil ? nil : .nanoseconds(try int(value["grace"])), unsent: unsent)
+                           grace: value["grace"] == nil ? nil : .nanoseconds(try int(value["grace"])), unsent: unsent,
+                           signalled: signalled)
     }
 
     static func uid(_ value: JSON?) throws -> UInt32 {

@@ -188,6 +188,7 @@ final class StateFile {
             object["uid"] = .int(Int64(termination.uid))
             if let grace = termination.grace { object["grace"] = .int(grace.nanoseconds) }
             if let unsent = termination.unsent { object["unsent"] = .int(Int64(unsent.number)) }
+            if !termination.signalled.isEmpty { object["signalled"] = .array(termination.signalled.map { .object(Self.fields($0)) }) }
             append("terminating", .object(object))
         case let .gone(process): append("gone", .object(Self.fields(process)))
         }

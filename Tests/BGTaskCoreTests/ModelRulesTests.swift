@@ -513,15 +513,17 @@ import Testing
     /// ones its predecessor had not sent (it was waiting for their processes' stops), for the
     /// daemon to send, and gives each its grace from the restart: no `SIGKILL` before it, not
     /// even where the saved one is past. A sent one, and a `SIGKILL` termination, are not sent
-    /// again.
+    /// again; the processes a sent one went to are kept for the restarted daemon's kill.
     @Test func aRestartFindsTheSignalsNotSentAndGivesThemTheirGrace() throws {
         var h = ModelHarness { $0.terminateSignal = .term; $0.terminateGrace = .seconds(2) }
         let sent = try h.app(pid: 100), waiting = try h.app(pid: 101), late = try h.app(pid: 102)
         for app in [sent, waiting, late] { try h.model.terminate(app, at: h.now, effects: &h.effects) }  // at 0
         #expect(Set(h.model.unsentTerminations.map(\.process)) == [sent, waiting, late])
         #expect(h.model.savedState().terminating[waiting]?.unsent == .term)
-        h.model.terminationSignalled(sent, at: h.now)  // at once: the grace as it was
-        #expect(h.model.savedState().terminating[sent] == Termination(killAt: .seconds(2), uid: 1000, grace: .seconds(2)))
+        let child = ProcessIdentity(pid: 200, startTime: 7)
+        h.model.terminationSignalled(sent, at: h.now, signalled: [sent, child])  // at once: the grace as it was
+        #expect(h.model.savedState().terminating[sent] == Termination(killAt: .seconds(2), uid: 1000, grace: .seconds(2),
+                                                                      signalled: [sent, child]))
         #expect(Set(h.model.unsentTerminations.map(\.process)) == [waiting, late])
         _ = h.take()
 
@@ -534,6 +536,7 @@ import Testing
             return restored
         }
         var soon = restored(at: 1.5)
+        #expect(soon.model.savedState().terminating[sent]?.signalled == [sent, child])  // for the restarted daemon's kill
         let unsent = soon.model.unsentTerminations.sorted { $0.process.pid < $1.process.pid }
         #expect(unsent.map(\.process) == [waiting, late])
         #expect(unsent.allSatisfy { $0.uid == 1000 && $0.signal == .term && $0.grace == .seconds(2) })
@@ -560,6 +563,14 @@ import Testing
         after.at(12)
         let both = after.take()
         #expect(both.count == 4 && [Effect.kill(waiting, uid: 1000), .unwatch(waiting), .kill(late, uid: 1000), .unwatch(late)].allSatisfy(both.contains))
+
+        // What is saved of a termination's processes is bounded (the state file's lines are).
+        var big = ModelHarness { $0.terminateSignal = .term }
+        let many = try big.app(pid: 104)
+        try big.model.terminate(many, at: big.now, effects: &big.effects)
+        let tree = [many] + (0..<5000).map { ProcessIdentity(pid: 1000 + Int32($0), startTime: 1) }
+        big.model.terminationSignalled(many, at: big.now, signalled: tree)
+        #expect(big.model.savedState().terminating[many]?.signalled == Array(tree.prefix(BackgroundModel.signalledSavedAtMost)))
 
         var killed = ModelHarness { $0.terminateSignal = .kill }
         let other = try killed.app(pid: 103)

@@ -49,18 +49,26 @@ import Testing
         #expect(!file.needsRoom)
     }
 
-    /// A termination's grace (a catchable signal's, which runs from the signal) and its signal
-    /// not sent yet are read back as written; a `SIGKILL` termination has neither.
+    /// A termination's grace (a catchable signal's, which runs from the signal), its signal
+    /// not sent yet and the processes it was sent to are read back as written; a `SIGKILL`
+    /// termination has none of them.
     @Test func aTerminationsGraceIsReadBack() throws {
         let (file, path) = try freshStateFile()
         defer { remove(path) }
         let caught = ProcessIdentity(pid: 100, startTime: 1), killed = ProcessIdentity(pid: 101, startTime: 2)
         let waiting = ProcessIdentity(pid: 102, startTime: 3)
-        let terminations = [caught: Termination(killAt: .seconds(3), uid: 1000, grace: .milliseconds(2500)),
+        let child = ProcessIdentity(pid: 4_000_000, startTime: 9_876_543_210, inode: 1 << 40)
+        // As many as the model saves, each as long as it gets: within a line's limit.
+        let tree = ProcessIdentity(pid: 103, startTime: 4)
+        let most = (0..<BackgroundModel.signalledSavedAtMost).map {
+            ProcessIdentity(pid: Int32.max - Int32($0), startTime: UInt64(Int64.max), inode: UInt64(Int64.max) - UInt64($0))
+        }
+        let terminations = [caught: Termination(killAt: .seconds(3), uid: 1000, grace: .milliseconds(2500), signalled: [caught, child]),
                             killed: Termination(killAt: .seconds(1), uid: 65534),
-                            waiting: Termination(killAt: .seconds(4), uid: 65534, grace: .seconds(4), unsent: TerminateSignal(parsing: "USR1"))]
+                            waiting: Termination(killAt: .seconds(4), uid: 65534, grace: .seconds(4), unsent: TerminateSignal(parsing: "USR1")),
+                            tree: Termination(killAt: .seconds(5), uid: 65534, grace: .seconds(5), signalled: most)]
         for (process, termination) in terminations { file.record(.terminating(process, termination)) }
-        _ = try file.flush(liveRecords: 3)
+        _ = try file.flush(liveRecords: 4)
         let loaded = file.load()
         #expect(loaded.problems.isEmpty)
         #expect(loaded.state.terminating == terminations)

@@ -147,6 +147,47 @@ import Varlink
         try waitUntil("the frozen child killed too") { unstoppable.child.hasExited }
     }
 
+    /// What a killed daemon's catchable termination signalled is killed by the next daemon
+    /// when the grace ends: here a child that ignores `SIGTERM` and outlives its parent's
+    /// handler, re-parented away from the app's tree (no walk finds it; the next daemon
+    /// re-proves the saved process by pid, start time and pidfs inode). Before, it lived on.
+    /// Also for uid 65534's app.
+    @Test(.enabled(if: getuid() == 0, "needs root to run the daemon and setpriv to uid 65534"), arguments: [false, true])
+    func whatAKilledDaemonSignalledIsKilledByTheNextWhenTheGraceEnds(asNobody: Bool) throws {
+        let nobody = ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        let command = (asNobody ? nobody : []) + ["/usr/bin/python3", "-c", """
+            import os, signal, subprocess
+            def handler(*_):
+                print('got-term', flush=True)
+                os._exit(0)
+            signal.signal(signal.SIGTERM, handler)
+            child = subprocess.Popen(['/bin/sleep', '1000'], stdout=subprocess.DEVNULL,
+                                     preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_IGN))
+            print('child', child.pid, flush=True)
+            while True: signal.pause()
+            """]
+        let app = try Spawned(command[0], Array(command.dropFirst()))
+        let line = try #require(try app.readLine(timeout: 5))
+        let child = try Pidfd.open(pid: try #require(Int32(line.split(separator: " ").last ?? ""), "not a pid: \(line)"))
+        defer { try? child.send(signal: SIGKILL) }  // the test's own, if the daemon missed it
+        try #require(processTree(of: app.pidfd).map(\.pid).contains(child.pid))
+        let settings = ["TerminateSignal=SIGTERM", "TerminateGraceSec=2s"]
+        let first = try TestDaemon(settings)
+        try first.setState(app.pid, "foreground")
+        try first.manager("Terminate", ["pid": .int(Int64(app.pid))])
+        try app.expectLine("got-term")
+        let signalled = Clock.monotonicNanoseconds()
+        #expect(Spawned.exitCode(try app.wait(timeout: 5)) == 0)  // its handler's exit; the child lives on
+        #expect(!child.hasExited)
+        _ = try first.apps()  // answered in a later pass than the signal's: its record is written
+        try first.crash()
+        let second = try first.restart(settings)
+        try waitUntil("the signalled child killed at the grace's end", timeout: 5) { child.hasExited }
+        let killed = Double(Clock.monotonicNanoseconds() - signalled) / 1e9
+        #expect(killed >= 1.9, "killed \(killed)s after the signal; the grace is 2s")
+        #expect(second.logged { $0.contains("App pid \(app.pid) still had 1 process(es) after the terminate grace; sent SIGKILL") })
+    }
+
     /// A stopping daemon signals at once the terminations still waiting for their stops, and
     /// saves them as signalled: the next daemon does not send the signal again (the app's
     /// handler, still running, would have been called a second time), and its `SIGKILL` comes
