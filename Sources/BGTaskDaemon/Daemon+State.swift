@@ -66,7 +66,9 @@ extension Daemon {
         // take from it (the `SIGKILL` at the saved instant was all that came).
         for termination in model.unsentTerminations {
             let process = termination.process
-            let command = watches[process].flatMap { _ in try? ProcStat.read(pid: process.pid).command } ?? "?"
+            // Its command for the log, from the process itself (a pid another's by now: "?").
+            let stat = try? ProcStat.read(pid: process.pid)
+            let command = stat.map { $0.startTime == process.startTime ? $0.command : "?" } ?? "?"
             log(.notice, "App \(process) (\(command)) was being terminated when \(stateFile.path) was written, its \(termination.signal) not sent yet: sending it now, its terminate grace from then")
             enforcer.terminate(process, uid: termination.uid, command: command, signal: termination.signal.number,
                                grace: termination.grace.nanoseconds, at: loop.now)
