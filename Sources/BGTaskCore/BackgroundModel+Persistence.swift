@@ -125,21 +125,42 @@ public struct SavedState: Equatable, Sendable {
 /// signal until the daemon has sent it (`unsent`: a restart sends it, `unsentTerminations`),
 /// and the processes it went to (`signalled`: a restarted daemon, which holds none of them,
 /// kills those it can re-prove when the grace ends — re-parented ones too, which no walk
-/// from the app's own process finds).
+/// from the app's own process finds), and the cgroup that was the app's whole (`cgroup`: a
+/// unit's, or a process app's own), which the grace's end kills whole if it is still the
+/// one signalled.
 public struct Termination: Equatable, Sendable {
     public var killAt: Instant
     public var uid: UInt32
     public var grace: Duration?
     public var unsent: TerminateSignal?
     public var signalled: [ProcessIdentity]
+    public var cgroup: TerminatedCgroup?
 
     public init(killAt: Instant, uid: UInt32, grace: Duration? = nil, unsent: TerminateSignal? = nil,
-                signalled: [ProcessIdentity] = []) {
+                signalled: [ProcessIdentity] = [], cgroup: TerminatedCgroup? = nil) {
         self.killAt = killAt
         self.uid = uid
         self.grace = grace
         self.unsent = unsent
         self.signalled = signalled
+        self.cgroup = cgroup
+    }
+}
+
+/// A cgroup a catchable termination is to kill whole when its grace ends: its path below
+/// the hierarchy's mount point (as `/proc/PID/cgroup` shows it) and which cgroup was there
+/// when the app was signalled — the directory's inode (the kernel's cgroup id, never reused
+/// while the machine runs) and its unit's invocation where systemd set one. Another cgroup
+/// at that path by then (the unit started again) is not killed.
+public struct TerminatedCgroup: Equatable, Sendable {
+    public var path: String
+    public var inode: UInt64
+    public var invocation: [UInt8]?
+
+    public init(path: String, inode: UInt64, invocation: [UInt8]? = nil) {
+        self.path = path
+        self.inode = inode
+        self.invocation = invocation
     }
 }
 

@@ -56,9 +56,13 @@ extension Daemon {
         }
         // What the previous daemon signalled is killed when the grace ends, as it would have
         // been: held again, each process re-proved (one that left the app's tree — a child
-        // outliving its parent's handler — is found by no walk).
-        for (process, termination) in saved.terminating where termination.unsent == nil && !termination.signalled.isEmpty {
-            enforcer.adoptSignalled(process, termination.signalled)
+        // outliving its parent's handler — is found by no walk), and the app's cgroup killed
+        // whole if it is still the one signalled (its inode and invocation; `Enforcer.kill`).
+        for (process, termination) in saved.terminating where termination.unsent == nil {
+            let whole = termination.cgroup.flatMap { saved in
+                Cgroup.at(path: saved.path).map { ($0, Cgroup.Instance(inode: saved.inode, invocation: saved.invocation)) }
+            }
+            enforcer.adoptSignalled(process, termination.signalled, cgroup: whole)
         }
         // A catchable termination whose signal the previous daemon had not sent yet (it was
         // waiting for its processes' stops, `Enforcer.signalStoppedTerminations`) is signalled

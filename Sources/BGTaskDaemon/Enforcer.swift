@@ -104,10 +104,11 @@ final class Enforcer {
     /// Arms (an instant) or disarms (`nil`) one of the enforcement's waits: the model's timers.
     var schedule: (Wait, Int64?) -> Void = { _, _ in }
     /// A catchable termination's signal went out (at once, or after its stops were waited
-    /// for), to the processes listed: the model's grace runs from then, a restart does not
-    /// send it again, and kills those processes at the grace's end
-    /// (`BackgroundModel.terminationSignalled`, `adoptSignalled`).
-    var signalled: (ProcessIdentity, Int64, [ProcessIdentity]) -> Void = { _, _, _ in }
+    /// for), to the processes listed and the cgroup that is the app's whole (with the
+    /// instance it was): the model's grace runs from then, a restart does not send it again,
+    /// and kills those at the grace's end (`BackgroundModel.terminationSignalled`,
+    /// `adoptSignalled`).
+    var signalled: (ProcessIdentity, Int64, [ProcessIdentity], (cgroup: Cgroup, instance: Cgroup.Instance)?) -> Void = { _, _, _, _ in }
     /// The pidfd the daemon has held for the app's own process since it registered:
     /// every tree walk starts from it, never from a bare pid.
     let root: (ProcessIdentity) -> Pidfd?
@@ -404,21 +405,24 @@ final class Enforcer {
         signalled(app, now, stopping.pidfds.compactMap { pidfd in
             let identity = ProcessIdentity(pid: pidfd.pid, startTime: pidfd.startTime, inode: pidfd.inode)
             return identity.startTime == 0 ? nil : identity
-        })
+        }, stopping.cgroup.flatMap { cgroup in stopping.instance.map { (cgroup, $0) } })
     }
 
     /// A catchable termination a previous daemon signalled (restored): the processes it
     /// signalled that are still those processes (pid, start time and pidfs inode, read while
     /// a pidfd is held) are held for the grace's end (`kill`), as if this daemon had
     /// signalled them — one re-parented away from the app's tree included, which no walk
-    /// from the app's own process would find.
-    func adoptSignalled(_ app: ProcessIdentity, _ processes: [ProcessIdentity]) {
+    /// from the app's own process would find — and the cgroup that was the app's whole,
+    /// killed whole then if it is still the instance signalled (`kill` looks).
+    func adoptSignalled(_ app: ProcessIdentity, _ processes: [ProcessIdentity],
+                        cgroup: (cgroup: Cgroup, instance: Cgroup.Instance)?) {
         let pidfds = processes.compactMap { process -> Pidfd? in
             guard let pidfd = try? Pidfd.open(pid: process.pid), pidfd.startTime == process.startTime,
                   process.inode == 0 || pidfd.inode == process.inode else { return nil }
             return pidfd
         }
-        if terminating[app] == nil, !pidfds.isEmpty { terminating[app] = (pidfds, nil, nil) }
+        guard terminating[app] == nil, !pidfds.isEmpty || cgroup != nil else { return }
+        terminating[app] = (pidfds, cgroup?.cgroup, cgroup?.instance)
     }
 
     /// Signals the terminations whose processes have all stopped (`terminate`), each once

@@ -60,7 +60,8 @@ extension StateFile {
 
     /// A termination: files of daemons before the grace ran from the signal have no `grace`,
     /// before a restart sent an unsent signal no `unsent` (taken as sent), before the
-    /// processes signalled were saved no `signalled`.
+    /// processes signalled were saved no `signalled`, before the cgroup killed whole was
+    /// saved no `cgroup`.
     static func termination(_ value: JSON) throws -> Termination {
         let unsent = try value["unsent"].map { json in
             let number = try int(json)
@@ -76,7 +77,42 @@ extension StateFile {
         }
         return Termination(killAt: try instant(value["killAt"]), uid: try uid(value["uid"]),
                            grace: value["grace"] == nil ? nil : .nanoseconds(try int(value["grace"])), unsent: unsent,
-                           signalled: signalled)
+                           signalled: signalled, cgroup: try value["cgroup"].map(terminatedCgroup))
+    }
+
+    /// A terminated app's cgroup: a path below the mount point with no `..` in it (what the
+    /// daemon writes `cgroup.kill` under), its inode, its invocation in hex (at most 64 bytes,
+    /// what `Cgroup.instance` reads).
+    static func terminatedCgroup(_ value: JSON) throws -> TerminatedCgroup {
+        let path = try string(value["path"])
+        guard path.hasPrefix("/"), path != "/", path.utf8.count <= 4096, !path.containsControlCharacters,
+              !path.split(separator: "/", omittingEmptySubsequences: false).dropFirst().contains(where: { $0.isEmpty || $0 == "." || $0 == ".." })
+        else { throw Malformed(description: "'\(path.cEscaped)' is not a cgroup's path") }
+        let invocation = try value["invocation"].map { json -> [UInt8] in
+            let text = Array(try string(json).utf8)
+            guard text.count % 2 == 0, text.count <= 128, let bytes = hexBytes(text) else {
+                throw Malformed(description: "cgroup invocation: expected at most 64 bytes in hex")
+            }
+            return bytes
+        }
+        return TerminatedCgroup(path: path, inode: UInt64(bitPattern: try int(value["ino"])), invocation: invocation)
+    }
+
+    /// Pairs of hex digits as bytes; nil if any is not one.
+    private static func hexBytes(_ text: [UInt8]) -> [UInt8]? {
+        func digit(_ c: UInt8) -> UInt8? {
+            switch c {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): c - UInt8(ascii: "0")
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): c - UInt8(ascii: "a") + 10
+            default: nil
+            }
+        }
+        var bytes: [UInt8] = []
+        for index in stride(from: 0, to: text.count, by: 2) {
+            guard let high = digit(text[index]), let low = digit(text[index + 1]) else { return nil }
+            bytes.append(high << 4 | low)
+        }
+        return bytes
     }
 
     static func uid(_ value: JSON?) throws -> UInt32 {

@@ -189,6 +189,11 @@ final class StateFile {
             if let grace = termination.grace { object["grace"] = .int(grace.nanoseconds) }
             if let unsent = termination.unsent { object["unsent"] = .int(Int64(unsent.number)) }
             if !termination.signalled.isEmpty { object["signalled"] = .array(termination.signalled.map { .object(Self.fields($0)) }) }
+            if let cgroup = termination.cgroup {
+                var fields: [String: JSON] = ["path": .string(cgroup.path), "ino": .int(Int64(bitPattern: cgroup.inode))]
+                if let invocation = cgroup.invocation { fields["invocation"] = .string(Self.hex(invocation)) }
+                object["cgroup"] = .object(fields)
+            }
             append("terminating", .object(object))
         case let .gone(process): append("gone", .object(Self.fields(process)))
         }
@@ -393,6 +398,12 @@ final class StateFile {
         let bytes = (try? readFile("/proc/sys/kernel/random/boot_id")) ?? []
         return String(decoding: bytes, as: UTF8.self).filter { $0 != "\n" }
     }()
+
+    /// Bytes as lowercase hex digits, two a byte.
+    static func hex(_ bytes: [UInt8]) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        return String(decoding: bytes.flatMap { [digits[Int($0 >> 4)], digits[Int($0 & 15)]] }, as: UTF8.self)
+    }
 
     static func fields(_ process: ProcessIdentity) -> [String: JSON] {
         var object: [String: JSON] = ["pid": .int(Int64(process.pid)), "start": .int(Int64(bitPattern: process.startTime))]

@@ -297,6 +297,11 @@ public struct Cgroup: Equatable, Sendable {
     public struct Instance: Equatable, Sendable {
         public let inode: UInt64
         public let invocation: [UInt8]?
+
+        public init(inode: UInt64, invocation: [UInt8]?) {
+            self.inode = inode
+            self.invocation = invocation
+        }
     }
 
     /// Kills every process in the subtree with `SIGKILL`, atomically. `cgroup.kill`

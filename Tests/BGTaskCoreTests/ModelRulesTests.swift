@@ -513,7 +513,8 @@ import Testing
     /// ones its predecessor had not sent (it was waiting for their processes' stops), for the
     /// daemon to send, and gives each its grace from the restart: no `SIGKILL` before it, not
     /// even where the saved one is past. A sent one, and a `SIGKILL` termination, are not sent
-    /// again; the processes a sent one went to are kept for the restarted daemon's kill.
+    /// again; the processes a sent one went to, and the cgroup that was its whole, are kept
+    /// for the restarted daemon's kill.
     @Test func aRestartFindsTheSignalsNotSentAndGivesThemTheirGrace() throws {
         var h = ModelHarness { $0.terminateSignal = .term; $0.terminateGrace = .seconds(2) }
         let sent = try h.app(pid: 100), waiting = try h.app(pid: 101), late = try h.app(pid: 102)
@@ -521,9 +522,10 @@ import Testing
         #expect(Set(h.model.unsentTerminations.map(\.process)) == [sent, waiting, late])
         #expect(h.model.savedState().terminating[waiting]?.unsent == .term)
         let child = ProcessIdentity(pid: 200, startTime: 7)
-        h.model.terminationSignalled(sent, at: h.now, signalled: [sent, child])  // at once: the grace as it was
+        let whole = TerminatedCgroup(path: "/user.slice/app.scope", inode: 9, invocation: [1, 2])
+        h.model.terminationSignalled(sent, at: h.now, signalled: [sent, child], cgroup: whole)  // at once: the grace as it was
         #expect(h.model.savedState().terminating[sent] == Termination(killAt: .seconds(2), uid: 1000, grace: .seconds(2),
-                                                                      signalled: [sent, child]))
+                                                                      signalled: [sent, child], cgroup: whole))
         #expect(Set(h.model.unsentTerminations.map(\.process)) == [waiting, late])
         _ = h.take()
 
@@ -537,6 +539,7 @@ import Testing
         }
         var soon = restored(at: 1.5)
         #expect(soon.model.savedState().terminating[sent]?.signalled == [sent, child])  // for the restarted daemon's kill
+        #expect(soon.model.savedState().terminating[sent]?.cgroup == whole)
         let unsent = soon.model.unsentTerminations.sorted { $0.process.pid < $1.process.pid }
         #expect(unsent.map(\.process) == [waiting, late])
         #expect(unsent.allSatisfy { $0.uid == 1000 && $0.signal == .term && $0.grace == .seconds(2) })
@@ -575,6 +578,8 @@ import Testing
         var killed = ModelHarness { $0.terminateSignal = .kill }
         let other = try killed.app(pid: 103)
         try killed.model.terminate(other, at: killed.now, effects: &killed.effects)
+        killed.model.terminationSignalled(other, at: killed.now, signalled: [other], cgroup: whole)  // not the daemon's to say
+        #expect(killed.model.savedState().terminating[other]?.cgroup == nil)
         #expect(killed.model.unsentTerminations.isEmpty)
         #expect(killed.model.savedState().terminating[other]?.unsent == nil)
     }

@@ -4,6 +4,7 @@
 import BGTaskSystem
 import Glibc
 import TestSupport
+import Varlink
 import Testing
 
 /// `StateFile.prepareRoom(slice:)`: the room past the log's text prepared a slice per call,
@@ -63,14 +64,36 @@ import Testing
         let most = (0..<BackgroundModel.signalledSavedAtMost).map {
             ProcessIdentity(pid: Int32.max - Int32($0), startTime: UInt64(Int64.max), inode: UInt64(Int64.max) - UInt64($0))
         }
-        let terminations = [caught: Termination(killAt: .seconds(3), uid: 1000, grace: .milliseconds(2500), signalled: [caught, child]),
+        let unit = TerminatedCgroup(path: "/system.slice/app.service", inode: UInt64.max - 1,
+                                    invocation: Array("0123456789abcdef0123456789abcdef".utf8) + [0, 255])
+        let own = TerminatedCgroup(path: "/user.slice/user-65534.slice/bgtask test", inode: 1 << 40)
+        let terminations = [caught: Termination(killAt: .seconds(3), uid: 1000, grace: .milliseconds(2500), signalled: [caught, child],
+                                                cgroup: unit),
                             killed: Termination(killAt: .seconds(1), uid: 65534),
+                            ProcessIdentity(pid: 104, startTime: 5): Termination(killAt: .seconds(6), uid: 65534, grace: .seconds(6), cgroup: own),
                             waiting: Termination(killAt: .seconds(4), uid: 65534, grace: .seconds(4), unsent: TerminateSignal(parsing: "USR1")),
                             tree: Termination(killAt: .seconds(5), uid: 65534, grace: .seconds(5), signalled: most)]
         for (process, termination) in terminations { file.record(.terminating(process, termination)) }
-        _ = try file.flush(liveRecords: 4)
+        _ = try file.flush(liveRecords: 5)
         let loaded = file.load()
         #expect(loaded.problems.isEmpty)
         #expect(loaded.state.terminating == terminations)
+    }
+
+    /// A termination's cgroup is where the daemon writes `cgroup.kill`: a path that leaves
+    /// the hierarchy, or is its root, or an invocation not in hex, makes the line malformed.
+    @Test(arguments: [
+        #"{"path": "/a/../../etc", "ino": 7}"#, #"{"path": "/", "ino": 7}"#, #"{"path": "a/b", "ino": 7}"#,
+        #"{"path": "/a//b", "ino": 7}"#, #"{"path": "/a/./b", "ino": 7}"#, #"{"path": "/a\nb", "ino": 7}"#,
+        #"{"path": "/a", "ino": "7"}"#, #"{"path": "/a"}"#, #"{"ino": 7}"#,
+        #"{"path": "/a", "ino": 7, "invocation": "0g"}"#, #"{"path": "/a", "ino": 7, "invocation": "abc"}"#,
+        #"{"path": "/a", "ino": 7, "invocation": "AB"}"#, #"{"path": "/a", "ino": 7, "invocation": 12}"#,
+    ])
+    func aTerminationsCgroupThatIsNotOneIsMalformed(_ cgroup: String) throws {
+        let line = #"{"killAt": 1, "uid": 1000, "grace": 1, "cgroup": "# + cgroup + "}"
+        #expect(throws: StateFile.Malformed.self) { try StateFile.termination(try JSON.parse(line)) }
+        let good = #"{"killAt": 1, "uid": 1000, "grace": 1, "cgroup": {"path": "/a/b.service", "ino": 7, "invocation": "00ff"}}"#
+        #expect(try StateFile.termination(try JSON.parse(good)).cgroup
+            == TerminatedCgroup(path: "/a/b.service", inode: 7, invocation: [0, 255]))
     }
 }

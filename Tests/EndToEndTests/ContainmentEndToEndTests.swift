@@ -23,6 +23,11 @@ final class TestUnit {
         try Spawned("/bin/sh", ["-c", "echo $$ > \(cgroup.directory)/cgroup.procs; " + script])
     }
 
+    /// Runs `command` inside the unit, its arguments as they are (no shell quoting).
+    func spawn(_ command: [String]) throws -> Spawned {
+        try Spawned("/bin/sh", ["-c", "echo $$ > \(cgroup.directory)/cgroup.procs; exec \"$@\"", "sh"] + command)
+    }
+
     /// The processes in the unit, each held by a pidfd.
     func members() throws -> [Pidfd] {
         try cgroup.processes().compactMap { try? Pidfd.open(pid: $0) }

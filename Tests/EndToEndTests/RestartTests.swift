@@ -188,6 +188,97 @@ import Varlink
         #expect(second.logged { $0.contains("App pid \(app.pid) still had 1 process(es) after the terminate grace; sent SIGKILL") })
     }
 
+    /// A killed daemon's catchable termination of a unit app is finished by the next daemon
+    /// as it would have been: the unit's cgroup killed whole when the grace ends, if it is
+    /// still the one signalled (saved with its inode). Here the app's handler forks a process
+    /// that ignores `SIGTERM` into a session of its own and exits: in no list of what was
+    /// signalled, found by no walk, only the cgroup holds it. Before, it lived on. Also for
+    /// uid 65534's app in a unit delegated to it.
+    @Test(.enabled(if: Capabilities.cgroupsWritable && getuid() == 0, "needs a writable cgroup v2 hierarchy and setpriv (root)"),
+          arguments: [false, true])
+    func aKilledDaemonsUnitAppIsKilledWholeByTheNextWhenTheGraceEnds(asNobody: Bool) throws {
+        let unit = try TestUnit("restart-whole-\(asNobody)")
+        let (first, escaped, signalled) = try Self.unitAppSignalledByAKilledDaemon(unit, asNobody: asNobody)
+        let second = try first.restart(Self.unitSettings)
+        defer { withExtendedLifetime(second) {} }
+        try waitUntil("the escaped process killed with its unit at the grace's end", timeout: 5) { escaped.hasExited }
+        let killed = Double(Clock.monotonicNanoseconds() - signalled) / 1e9
+        #expect(killed >= 1.5, "killed \(killed)s after the signal; the grace is 2s")
+    }
+
+    /// The same unit started again while no daemon ran (its cgroup made anew at its path, a
+    /// new process in it, as systemd's `Restart=` does) is not the cgroup the killed daemon
+    /// signalled (another inode): the next daemon does not kill it when the grace ends.
+    @Test(.enabled(if: Capabilities.cgroupsWritable && getuid() == 0, "needs a writable cgroup v2 hierarchy and setpriv (root)"))
+    func aUnitStartedAgainBeforeTheNextDaemonIsNotKilledByIt() throws {
+        let unit = try TestUnit("restart-again"), elsewhere = try TestUnit("restart-elsewhere")
+        let (first, escaped, _) = try Self.unitAppSignalledByAKilledDaemon(unit, asNobody: false)
+        // The old instance's last process moved out (the test's own, killed with `elsewhere`),
+        // its cgroup removed and made again.
+        try writeFile(elsewhere.cgroup.directory + "/cgroup.procs", Array("\(escaped.pid)".utf8))
+        try waitUntil("the old instance empty") { try unit.cgroup.processes().isEmpty }
+        try systemCall("rmdir(\(unit.cgroup.directory))") { rmdir(unit.cgroup.directory) }
+        try systemCall("mkdir(\(unit.cgroup.directory))") { mkdir(unit.cgroup.directory, 0o755) }
+        let again = try unit.spawn(["/bin/sleep", "600"])
+        try waitUntil("the new instance's process in it") { try unit.cgroup.processes() == [again.pid] }
+        let second = try first.restart(Self.unitSettings)
+        func toldApart() -> Bool {
+            second.logged { $0.contains("\(unit.cgroup.directory) was started again within its terminate grace") }
+        }
+        try waitUntil("the grace's end", timeout: 5) { toldApart() || again.pidfd.hasExited }
+        #expect(!again.pidfd.hasExited, "the unit's new instance was killed")
+        #expect(toldApart())
+        #expect(!escaped.hasExited)  // not in the cgroup any more, nor signalled
+    }
+
+    static let unitSettings = ["TerminateSignal=SIGTERM", "TerminateGraceSec=2s"]
+
+    /// A unit app in `unit` whose `SIGTERM` handler forks a process that ignores it into a
+    /// session of its own, then exits; terminated by a daemon that is killed once it has
+    /// written the termination. The escaped process, and when its line was read.
+    private static func unitAppSignalledByAKilledDaemon(_ unit: TestUnit, asNobody: Bool) throws -> (TestDaemon, Pidfd, Int64) {
+        if asNobody {
+            for path in [unit.cgroup.directory, unit.cgroup.directory + "/cgroup.procs", unit.cgroup.directory + "/cgroup.freeze"] {
+                try systemCall("chown(\(path))") { chown(path, 65534, 65534) }
+            }
+        }
+        let nobody = ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        let app = try unit.spawn((asNobody ? nobody : []) + ["/usr/bin/python3", "-c", """
+            import os, signal
+            def handler(*_):
+                child = os.fork()
+                if child == 0:
+                    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+                    os.setsid()
+                    if os.fork() == 0:
+                        os.write(1, b'escaped %d\\n' % os.getpid())  # one write: the lines race
+                        os.execv('/bin/sleep', ['sleep', '1000'])
+                    os._exit(0)
+                os.waitpid(child, 0)
+                os.write(1, b'got-term\\n')
+                os._exit(0)
+            signal.signal(signal.SIGTERM, handler)
+            print('ready', flush=True)
+            while True: signal.pause()
+            """])
+        try app.expectLine("ready")
+        let first = try TestDaemon(unitSettings)
+        try first.setState(app.pid, "foreground")
+        try #require(try first.app(app.pid)?["containment"] == "unit", "not taken for a unit app")
+        try first.manager("Terminate", ["pid": .int(Int64(app.pid))])
+        // The escaped process's line and the handler's, in either order (they race).
+        let lines = [try #require(try app.readLine(timeout: 5)), try #require(try app.readLine(timeout: 5))]
+        let signalled = Clock.monotonicNanoseconds()
+        #expect(lines.contains("got-term"))
+        let line = try #require(lines.first { $0.hasPrefix("escaped ") }, "\(lines)")
+        let escaped = try Pidfd.open(pid: try #require(Int32(line.split(separator: " ").last ?? ""), "not a pid: \(line)"))
+        #expect(Spawned.exitCode(try app.wait(timeout: 5)) == 0)  // its handler's exit; the escaped one lives on
+        #expect(!escaped.hasExited)
+        _ = try first.apps()  // answered in a later pass than the signal's: its record is written
+        try first.crash()
+        return (first, escaped, signalled)
+    }
+
     /// A stopping daemon signals at once the terminations still waiting for their stops, and
     /// saves them as signalled: the next daemon does not send the signal again (the app's
     /// handler, still running, would have been called a second time), and its `SIGKILL` comes
