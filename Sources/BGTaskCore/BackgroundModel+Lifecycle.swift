@@ -328,6 +328,18 @@ extension BackgroundModel {
         apps.touch(app)
     }
 
+    /// A termination whose signal waits for its processes' stops (`unsent`, or a `SIGKILL`
+    /// one): the processes stopped for it, saved so that a restarted daemon signals them —
+    /// or kills them at the bound — even where the app's own process is gone by then (killed
+    /// by someone: its stopped children, re-parented, are found by no walk and were left
+    /// stopped). A signal sent already is left as it is (`terminationSignalled` saved whom).
+    public mutating func terminationStopped(_ app: ProcessIdentity, processes: [ProcessIdentity]) {
+        guard var termination = terminating[app], termination.unsent != nil || termination.grace == nil else { return }
+        termination.signalled = Array(processes.prefix(Self.signalledSavedAtMost))
+        terminating[app] = termination
+        apps.touch(app)
+    }
+
     /// The processes of a termination saved for a restarted daemon's kill, at most: ~60 bytes
     /// each in the state file, whose lines are read up to 1 MiB (a longer one is skipped,
     /// and with it the termination). The app's own process is first.
@@ -336,10 +348,11 @@ extension BackgroundModel {
     /// The catchable terminations whose signal has not gone out: after a restart, those the
     /// previous daemon was still waiting to send (its processes' stops), for the daemon to
     /// send now. Their `SIGKILL` comes no earlier than the grace after the restart.
-    public var unsentTerminations: [(process: ProcessIdentity, uid: UInt32, signal: TerminateSignal, grace: Duration)] {
+    public var unsentTerminations: [(process: ProcessIdentity, uid: UInt32, signal: TerminateSignal, grace: Duration,
+                                     stopped: [ProcessIdentity])] {
         terminating.compactMap { process, termination in
             guard let signal = termination.unsent, let grace = termination.grace else { return nil }
-            return (process, termination.uid, signal, grace)
+            return (process, termination.uid, signal, grace, termination.signalled)
         }
     }
 

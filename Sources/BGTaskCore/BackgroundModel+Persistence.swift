@@ -125,7 +125,8 @@ public struct SavedState: Equatable, Sendable {
 /// signal until the daemon has sent it (`unsent`: a restart sends it, `unsentTerminations`),
 /// and the processes it went to (`signalled`: a restarted daemon, which holds none of them,
 /// kills those it can re-prove when the grace ends — re-parented ones too, which no walk
-/// from the app's own process finds), and the cgroup that was the app's whole (`cgroup`: a
+/// from the app's own process finds; before the signal, those stopped for it, which a
+/// restarted daemon signals), and the cgroup that was the app's whole (`cgroup`: a
 /// unit's, or a process app's own), which the grace's end kills whole if it is still the
 /// one signalled.
 public struct Termination: Equatable, Sendable {

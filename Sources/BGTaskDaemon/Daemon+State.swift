@@ -67,7 +67,9 @@ extension Daemon {
         // A catchable termination whose signal the previous daemon had not sent yet (it was
         // waiting for its processes' stops, `Enforcer.signalStoppedTerminations`) is signalled
         // now, its grace from then: it stopped short of the handler, which a restart must not
-        // take from it (the `SIGKILL` at the saved instant was all that came).
+        // take from it (the `SIGKILL` at the saved instant was all that came). With it, the
+        // processes stopped for it (`terminationStopped`): the app's own process killed by
+        // someone meanwhile, they were found by no walk, and left stopped.
         for termination in model.unsentTerminations {
             let process = termination.process
             // Its command for the log, from the process itself (a pid another's by now: "?").
@@ -75,7 +77,7 @@ extension Daemon {
             let command = stat.map { $0.startTime == process.startTime ? $0.command : "?" } ?? "?"
             log(.notice, "App \(process) (\(command)) was being terminated when \(stateFile.path) was written, its \(termination.signal) not sent yet: sending it now, its terminate grace from then")
             enforcer.terminate(process, uid: termination.uid, command: command, signal: termination.signal.number,
-                               grace: termination.grace.nanoseconds, at: loop.now)
+                               grace: termination.grace.nanoseconds, adopting: termination.stopped, at: loop.now)
         }
         finishStops()
         if loaded.found {

@@ -109,6 +109,10 @@ final class Enforcer {
     /// and kills those at the grace's end (`BackgroundModel.terminationSignalled`,
     /// `adoptSignalled`).
     var signalled: (ProcessIdentity, Int64, [ProcessIdentity], (cgroup: Cgroup, instance: Cgroup.Instance)?) -> Void = { _, _, _, _ in }
+    /// A termination's signal waits for the stops of the processes listed (all of them so
+    /// far): a restart signals them, the app's own process gone or not
+    /// (`BackgroundModel.terminationStopped`).
+    var stopped: (ProcessIdentity, [ProcessIdentity]) -> Void = { _, _ in }
     /// The pidfd the daemon has held for the app's own process since it registered:
     /// every tree walk starts from it, never from a bare pid.
     let root: (ProcessIdentity) -> Pidfd?
@@ -349,7 +353,12 @@ final class Enforcer {
     /// app's tree is walked once, stopping it (it was walked twice: once to look for a cgroup
     /// of its own, once to stop it). That cgroup is looked for only for a catchable signal,
     /// for the grace's `kill` to end with: with `SIGKILL` the stopped tree is all there is.
-    func terminate(_ app: ProcessIdentity, uid: UInt32, command: String, signal: Int32, grace: Int64? = nil, at now: Int64) {
+    ///
+    /// `adopting`: processes a previous daemon stopped for this termination (restored), held
+    /// again if they are still those processes, and signalled with the rest: the app's own
+    /// process may be gone, and they with it from any walk.
+    func terminate(_ app: ProcessIdentity, uid: UInt32, command: String, signal: Int32, grace: Int64? = nil,
+                   adopting: [ProcessIdentity] = [], at now: Int64) {
         defer { reportExcluded(app, uid: uid, command: command, action: "terminated") }
         let held = takeHeldStops(app)
         // A unit app whose own process is gone (its exit not read yet) is no app any more: its
@@ -379,6 +388,8 @@ final class Enforcer {
         // the app's all the same.
         known.formUnion(pidfds.map(\.pid))
         pidfds += (held ?? []).dropFirst().filter { !known.contains($0.pid) && Self.owner(uid, maySignal: $0) }
+        known.formUnion(pidfds.map(\.pid))
+        pidfds += Self.reproved(adopting.filter { !known.contains($0.pid) }).filter { Self.owner(uid, maySignal: $0) }
         let stopping = Stopping(uid: uid, command: command, signal: signal, pidfds: pidfds, cgroup: cgroup,
                                 instance: signal == Signal.kill ? nil : cgroup?.instance(), next: now + Self.terminationStopSpacing,
                                 signalBy: now + Self.signalBound(grace: signal == Signal.kill ? nil : grace), started: now)
@@ -388,6 +399,7 @@ final class Enforcer {
         stoppingForSignal[app] = stopping
         stoppingBudget.add(pidfds.count, for: uid)
         armTerminationStops(at: stopping.next)
+        stopped(app, Self.identities(of: pidfds))
     }
 
     /// Signals a termination's processes (`Stopping`) that their owner may still signal;
@@ -401,11 +413,26 @@ final class Enforcer {
         guard stopping.signal != Signal.kill else { return }
         terminating[app] = (stopping.pidfds, stopping.cgroup, stopping.instance)
         guard let now else { return }
-        // Gone already: nothing to kill, and no identity to read (its start time 0).
-        signalled(app, now, stopping.pidfds.compactMap { pidfd in
+        signalled(app, now, Self.identities(of: stopping.pidfds), stopping.cgroup.flatMap { cgroup in stopping.instance.map { (cgroup, $0) } })
+    }
+
+    /// Each process's identity, for a restarted daemon to re-prove; gone already: nothing to
+    /// kill, and no identity to read (its start time 0).
+    private static func identities(of pidfds: [Pidfd]) -> [ProcessIdentity] {
+        pidfds.compactMap { pidfd in
             let identity = ProcessIdentity(pid: pidfd.pid, startTime: pidfd.startTime, inode: pidfd.inode)
             return identity.startTime == 0 ? nil : identity
-        }, stopping.cgroup.flatMap { cgroup in stopping.instance.map { (cgroup, $0) } })
+        }
+    }
+
+    /// Pidfds for the processes that are still those saved: pid, start time and pidfs inode,
+    /// read while the pidfd is held (pid ≤ 1 refused by `Pidfd.open`).
+    private static func reproved(_ processes: [ProcessIdentity]) -> [Pidfd] {
+        processes.compactMap { process in
+            guard let pidfd = try? Pidfd.open(pid: process.pid), pidfd.startTime == process.startTime,
+                  process.inode == 0 || pidfd.inode == process.inode else { return nil }
+            return pidfd
+        }
     }
 
     /// A catchable termination a previous daemon signalled (restored): the processes it
@@ -416,11 +443,7 @@ final class Enforcer {
     /// killed whole then if it is still the instance signalled (`kill` looks).
     func adoptSignalled(_ app: ProcessIdentity, _ processes: [ProcessIdentity],
                         cgroup: (cgroup: Cgroup, instance: Cgroup.Instance)?) {
-        let pidfds = processes.compactMap { process -> Pidfd? in
-            guard let pidfd = try? Pidfd.open(pid: process.pid), pidfd.startTime == process.startTime,
-                  process.inode == 0 || pidfd.inode == process.inode else { return nil }
-            return pidfd
-        }
+        let pidfds = Self.reproved(processes)
         guard terminating[app] == nil, !pidfds.isEmpty || cgroup != nil else { return }
         terminating[app] = (pidfds, cgroup?.cgroup, cgroup?.instance)
     }
@@ -468,6 +491,7 @@ final class Enforcer {
                     stoppingBudget.add(found.count, for: stopping.uid)
                     stopping.next = min(now + stopping.spacing, stopping.signalBy)
                     stoppingForSignal[app] = stopping
+                    stopped(app, Self.identities(of: stopping.pidfds))
                     if wait { continue }
                 }
                 reportExcluded(app, uid: stopping.uid, command: stopping.command, action: "terminated")

@@ -527,6 +527,12 @@ import Testing
         #expect(h.model.savedState().terminating[sent] == Termination(killAt: .seconds(2), uid: 1000, grace: .seconds(2),
                                                                       signalled: [sent, child], cgroup: whole))
         #expect(Set(h.model.unsentTerminations.map(\.process)) == [waiting, late])
+        // What was stopped for a signal still to go out is saved, to be signalled after a
+        // restart; once the signal went, what it went to stays.
+        let stoppedChild = ProcessIdentity(pid: 201, startTime: 8)
+        h.model.terminationStopped(waiting, processes: [waiting, stoppedChild])
+        h.model.terminationStopped(sent, processes: [sent])
+        #expect(h.model.savedState().terminating[sent]?.signalled == [sent, child])
         _ = h.take()
 
         func restored(at seconds: Double) -> ModelHarness {
@@ -543,6 +549,7 @@ import Testing
         let unsent = soon.model.unsentTerminations.sorted { $0.process.pid < $1.process.pid }
         #expect(unsent.map(\.process) == [waiting, late])
         #expect(unsent.allSatisfy { $0.uid == 1000 && $0.signal == .term && $0.grace == .seconds(2) })
+        #expect(unsent.map(\.stopped) == [[waiting, stoppedChild], []])
         soon.at(2)
         #expect(soon.take() == [.kill(sent, uid: 1000), .unwatch(sent)])
         soon.model.terminationSignalled(waiting, at: .seconds(1.5))
@@ -580,6 +587,9 @@ import Testing
         try killed.model.terminate(other, at: killed.now, effects: &killed.effects)
         killed.model.terminationSignalled(other, at: killed.now, signalled: [other], cgroup: whole)  // not the daemon's to say
         #expect(killed.model.savedState().terminating[other]?.cgroup == nil)
+        // A `SIGKILL` termination's stopped processes are saved, for a restarted daemon's kill.
+        killed.model.terminationStopped(other, processes: [other, stoppedChild])
+        #expect(killed.model.savedState().terminating[other]?.signalled == [other, stoppedChild])
         #expect(killed.model.unsentTerminations.isEmpty)
         #expect(killed.model.savedState().terminating[other]?.unsent == nil)
     }

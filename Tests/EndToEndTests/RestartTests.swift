@@ -147,6 +147,45 @@ import Varlink
         try waitUntil("the frozen child killed too") { unstoppable.child.hasExited }
     }
 
+    /// A daemon killed while a termination waits for its processes' stops, and the app's own
+    /// process killed by someone before the next daemon starts: what was stopped for the
+    /// termination (here the app's child, which cannot stop: `UnstoppableApp`; re-parented,
+    /// found by no walk) is the next daemon's to signal — the catchable signal, then
+    /// `SIGKILL` at the grace's end; or `SIGKILL` at the termination's bound. Before, it was
+    /// left stopped for ever. Also for uid 65534's app.
+    @Test(.enabled(if: Capabilities.cgroupsWritable && getuid() == 0, "needs a writable cgroup v2 hierarchy and setpriv (root)"),
+          arguments: zip(["SIGTERM", "SIGKILL", "SIGTERM"], [false, false, true]))
+    func whatAKilledDaemonStoppedIsSignalledByTheNextThoughTheAppIsGone(signal: String, asNobody: Bool) throws {
+        let unstoppable = try UnstoppableApp("gone-\(signal)-\(asNobody)", handler: 0.1, asNobody: asNobody)
+        let app = unstoppable.app
+        let settings = ["TerminateSignal=\(signal)", "TerminateGraceSec=2s"]
+        let first = try TestDaemon(settings)
+        try first.setState(app.pid, "foreground")
+        let start = Clock.monotonicNanoseconds()
+        try first.manager("Terminate", ["pid": .int(Int64(app.pid))])
+        try waitUntil("the app stopped", timeout: 1) { processState(app.pid) == "T" }
+        _ = try first.apps()  // answered in a later pass than the stops': their record is written
+        try first.crash()
+        let crashed = Double(Clock.monotonicNanoseconds() - start) / 1e9
+        try #require(crashed < 0.9, "the daemon was killed \(crashed)s after the termination, maybe after its signal")
+        try app.signal(SIGKILL)  // someone else's doing
+        #expect(Spawned.terminatingSignal(try app.wait(timeout: 5)) == SIGKILL)
+        #expect(!unstoppable.child.hasExited)
+        let restarted = Clock.monotonicNanoseconds()
+        let second = try first.restart(settings)
+        try waitUntil("the stopped child killed", timeout: 6) { unstoppable.child.hasExited }
+        let killed = Double(Clock.monotonicNanoseconds() - restarted) / 1e9
+        if signal == "SIGTERM" {
+            // Signalled once the wait for its stop ended (half the grace: it cannot stop); a
+            // `sleep` takes `SIGTERM`'s default action, frozen or not.
+            #expect(second.logged { $0.contains("App pid \(app.pid) (?) was being terminated when ") && $0.contains("its SIGTERM not sent yet") })
+            #expect(second.logged { $0.contains("App pid \(app.pid) (?): not every process of it had stopped 1s after its termination; signalled all the same") })
+            #expect(killed >= 0.9 && killed < 2, "killed \(killed)s after the restart: by SIGTERM a second after it")
+        } else {
+            #expect(second.logged { $0.contains("App pid \(app.pid) still had 1 process(es) after the terminate grace; sent SIGKILL") })
+        }
+    }
+
     /// What a killed daemon's catchable termination signalled is killed by the next daemon
     /// when the grace ends: here a child that ignores `SIGTERM` and outlives its parent's
     /// handler, re-parented away from the app's tree (no walk finds it; the next daemon
