@@ -435,12 +435,13 @@ final class Enforcer {
         }
     }
 
-    /// A catchable termination a previous daemon signalled (restored): the processes it
-    /// signalled that are still those processes (pid, start time and pidfs inode, read while
-    /// a pidfd is held) are held for the grace's end (`kill`), as if this daemon had
-    /// signalled them — one re-parented away from the app's tree included, which no walk
-    /// from the app's own process would find — and the cgroup that was the app's whole,
-    /// killed whole then if it is still the instance signalled (`kill` looks).
+    /// A termination a previous daemon signalled, or stopped for a `SIGKILL` it had not sent
+    /// (restored): those of its processes that are still those processes (pid, start time
+    /// and pidfs inode, read while a pidfd is held) are held for the grace's end or the
+    /// bound (`kill`), as if this daemon had signalled them — one re-parented away from the
+    /// app's tree included, which no walk from the app's own process would find — and the
+    /// cgroup that was the app's whole, killed whole then if it is still the instance
+    /// signalled (`kill` looks).
     func adoptSignalled(_ app: ProcessIdentity, _ processes: [ProcessIdentity],
                         cgroup: (cgroup: Cgroup, instance: Cgroup.Instance)?) {
         let pidfds = Self.reproved(processes)
@@ -539,7 +540,8 @@ final class Enforcer {
     }
 
     /// The grace after a catchable terminate signal ran out: `SIGKILL` whatever is left.
-    /// (A termination begun by a previous daemon has no record here: its tree gets it.)
+    /// (A termination begun by a previous daemon has what `adoptSignalled` held, and its
+    /// tree.)
     func kill(_ app: ProcessIdentity, uid: UInt32) {
         defer { forgetLeftOut() }
         // Its processes not all stopped by the bound (a `SIGKILL` termination's kill), or a
