@@ -80,6 +80,60 @@ import Testing
         #expect(loaded.state.terminating == terminations)
     }
 
+    /// A crash can cut the log's last line short (the daemon killed in the middle of an
+    /// append's copy): wherever the cut, the file reads back as the whole lines before it —
+    /// a line cut short ignored with one problem, never read as another record, never a
+    /// trap; a last whole line without its newline read as written. Every kind of record,
+    /// with every field a termination saves, cut at every byte.
+    @Test func aLogCutAtAnyByteReadsBackAsTheWholeLinesBeforeTheCut() throws {
+        let (file, path) = try freshStateFile()
+        defer { remove(path) }
+        let app = ProcessIdentity(pid: 100, startTime: 1, inode: 7), dying = ProcessIdentity(pid: 101, startTime: 2)
+        file.record(.app(SavedApp(identity: app, uid: 1000, command: "a\tb", unit: "/app.service", containment: .unit,
+                                  state: .foreground, phase: nil, deadline: nil, transitionDeadline: nil, warned: false)))
+        file.record(.task(SavedTask(id: 3, app: app, owner: app, name: "upload \u{1F4E6}", expirationHandler: true,
+                                    connectionBound: false, created: .seconds(1), state: .granted, grantAt: .seconds(1), ageWarned: false)))
+        file.record(.terminating(dying, Termination(killAt: .seconds(5), uid: 65534, grace: .seconds(4), unsent: TerminateSignal(parsing: "TERM"),
+                                                    signalled: [dying, ProcessIdentity(pid: 300, startTime: 9, inode: 1 << 40)],
+                                                    cgroup: TerminatedCgroup(path: "/u.slice/a.scope", inode: 42, invocation: [0xab, 0xcd]))))
+        file.record(.gone(ProcessIdentity(pid: 102, startTime: 3)))
+        file.record(.task(SavedTask(id: 4, app: app, owner: app, name: "x", expirationHandler: false, connectionBound: true,
+                                    created: .seconds(2), state: .pending, grantAt: .seconds(3), ageWarned: false)))
+        file.record(SavedTaskChange.gone(4))
+        file.record(nextTaskID: 5)
+        file.record(quota: [(key: "/usr/bin/app", intervals: [QuotaInterval(start: .seconds(1), end: .seconds(2))])])
+        file.record(HistoryEntry(realtimeNanoseconds: 1_796_000_000_123_456_789, record: AppActionRecord(
+            app: dying, uid: 65534, command: "d", action: .terminated, reason: .tasksEnded, taskNames: ["sync"])))
+        _ = try file.flush(liveRecords: 3)
+        let whole = file.load()
+        try #require(whole.problems.isEmpty, "\(whole.problems)")
+        #expect(whole.state.terminating[dying]?.cgroup?.invocation == [0xab, 0xcd] && whole.history.count == 1)
+        let text = Array(try readFile(path + "/" + StateFile.fileName, limit: 1 << 20).prefix { $0 != 0 })
+        try #require(text.count > 600 && text.last == UInt8(ascii: "\n"))
+
+        let cutPath = path + "-cut"
+        let cut = StateFile(directory: try StateDirectory(path: cutPath))
+        defer { remove(cutPath) }
+        func load(_ bytes: ArraySlice<UInt8>) throws -> StateFile.Loaded {
+            let descriptor = FileDescriptor(try systemCall("open") { open(cutPath + "/" + StateFile.fileName, O_WRONLY | O_CREAT | O_TRUNC, 0o600) })
+            defer { descriptor.close() }
+            try descriptor.writeAll(Array(bytes))
+            return cut.load()
+        }
+        let newline = UInt8(ascii: "\n")
+        for length in 0...text.count {
+            let lineStart = text[..<length].lastIndex(of: newline).map { $0 + 1 } ?? 0
+            let lineEnd = text[lineStart...].firstIndex(of: newline) ?? text.count
+            let torn = length > lineStart && length < lineEnd
+            let read = try load(text[..<length])
+            // What it must equal: the whole lines before a torn one; a whole last line with its newline.
+            let expected = try load(text[..<(torn ? lineStart : length == lineEnd ? min(lineEnd + 1, text.count) : length)])
+            #expect(read.state == expected.state && read.history == expected.history, "cut at \(length) of \(text.count)")
+            let extra = torn && lineStart > 0 ? 1 : 0  // a header cut short is the file's one problem, as none
+            #expect(read.problems.count == expected.problems.count + extra, "cut at \(length): \(read.problems)")
+        }
+    }
+
     /// A termination's cgroup is where the daemon writes `cgroup.kill`: a path that leaves
     /// the hierarchy, or is its root, or an invocation not in hex, makes the line malformed.
     @Test(arguments: [
