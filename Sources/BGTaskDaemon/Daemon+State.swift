@@ -60,7 +60,9 @@ extension Daemon {
         // whole if it is still the one signalled (its inode and invocation; `Enforcer.kill`).
         for (process, termination) in saved.terminating where termination.unsent == nil {
             let whole = termination.cgroup.flatMap { saved in
-                Cgroup.at(path: saved.path).map { ($0, Cgroup.Instance(inode: saved.inode, invocation: saved.invocation)) }
+                Cgroup.at(path: saved.path).map {
+                    Enforcer.SignalledCgroup(cgroup: $0, instance: Cgroup.Instance(inode: saved.inode, invocation: saved.invocation))
+                }
             }
             enforcer.adoptSignalled(process, termination.signalled, cgroup: whole)
         }

@@ -108,7 +108,7 @@ final class Enforcer {
     /// instance it was): the model's grace runs from then, a restart does not send it again,
     /// and kills those at the grace's end (`BackgroundModel.terminationSignalled`,
     /// `adoptSignalled`).
-    var signalled: (ProcessIdentity, Int64, [ProcessIdentity], (cgroup: Cgroup, instance: Cgroup.Instance)?) -> Void = { _, _, _, _ in }
+    var signalled: (ProcessIdentity, Int64, [ProcessIdentity], SignalledCgroup?) -> Void = { _, _, _, _ in }
     /// A termination's signal waits for the stops of the processes listed (all of them so
     /// far): a restart signals them, the app's own process gone or not
     /// (`BackgroundModel.terminationStopped`).
@@ -154,9 +154,17 @@ final class Enforcer {
     /// A 200-window session of two processes a window keeps 400. The stat files held for
     /// tracked apps' checks (`trackedStats`) are bounded alike, apart.
     var heldStopLimits = (all: Enforcer.maximumHeldStops, perUser: Enforcer.maximumHeldStops / 2)
-    /// Apps sent a catchable signal: what to `SIGKILL` when the grace runs out; the cgroup
-    /// with the instance it was (`Cgroup.instance`), killed whole only if it still is.
-    var terminating: [ProcessIdentity: (pidfds: [Pidfd], cgroup: Cgroup?, instance: Cgroup.Instance?)] = [:]
+    /// Apps sent a catchable signal: what to `SIGKILL` when the grace runs out, and the
+    /// cgroup to kill whole then if it is still the instance signalled.
+    var terminating: [ProcessIdentity: (pidfds: [Pidfd], cgroup: SignalledCgroup?)] = [:]
+    /// A cgroup that was an app's whole when it was sent a catchable signal, and which cgroup
+    /// was at its path then (`Cgroup.instance`), read before any signal: read after it, a
+    /// unit started again at once (`Restart=`, on a loaded machine) was read as the instance
+    /// terminated, and killed at the grace's end.
+    struct SignalledCgroup: Equatable {
+        let cgroup: Cgroup
+        let instance: Cgroup.Instance
+    }
     /// A process app's termination whose walk stopped its processes: the signal waits for
     /// the stops to take (`signalStoppedTerminations`).
     struct Stopping {
@@ -164,11 +172,8 @@ final class Enforcer {
         var command: String
         var signal: Int32
         var pidfds: [Pidfd]
-        var cgroup: Cgroup?
-        /// Which cgroup `cgroup` was when the app was terminated, read before any signal
-        /// (`Cgroup.instance`): read after it, a unit started again at once (`Restart=`, on a
-        /// loaded machine) was read as the instance terminated, and killed at the grace's end.
-        var instance: Cgroup.Instance?
+        /// A catchable signal's cgroup to kill whole at the grace's end.
+        var cgroup: SignalledCgroup?
         /// How many of `pidfds`, from the first, were found stopped (or gone): not read again.
         var stopped = 0
         /// When its processes are looked at next, and how long after that the one after.
@@ -390,8 +395,8 @@ final class Enforcer {
         pidfds += (held ?? []).dropFirst().filter { !known.contains($0.pid) && Self.owner(uid, maySignal: $0) }
         known.formUnion(pidfds.map(\.pid))
         pidfds += Self.reproved(adopting.filter { !known.contains($0.pid) }).filter { Self.owner(uid, maySignal: $0) }
-        let stopping = Stopping(uid: uid, command: command, signal: signal, pidfds: pidfds, cgroup: cgroup,
-                                instance: signal == Signal.kill ? nil : cgroup?.instance(), next: now + Self.terminationStopSpacing,
+        let signalled = signal == Signal.kill ? nil : cgroup.flatMap { cgroup in cgroup.instance().map { SignalledCgroup(cgroup: cgroup, instance: $0) } }
+        let stopping = Stopping(uid: uid, command: command, signal: signal, pidfds: pidfds, cgroup: signalled, next: now + Self.terminationStopSpacing,
                                 signalBy: now + Self.signalBound(grace: signal == Signal.kill ? nil : grace), started: now)
         // A process app's tree (no cgroup to kill it whole): signalled once its stops took.
         guard whole == nil, unit(app) == nil, !pidfds.isEmpty, stoppingBudget.allows(pidfds.count, for: uid, within: heldStopLimits)
@@ -411,9 +416,9 @@ final class Enforcer {
             try? pidfd.send(signal: stopping.signal)
         }
         guard stopping.signal != Signal.kill else { return }
-        terminating[app] = (stopping.pidfds, stopping.cgroup, stopping.instance)
+        terminating[app] = (stopping.pidfds, stopping.cgroup)
         guard let now else { return }
-        signalled(app, now, Self.identities(of: stopping.pidfds), stopping.cgroup.flatMap { cgroup in stopping.instance.map { (cgroup, $0) } })
+        signalled(app, now, Self.identities(of: stopping.pidfds), stopping.cgroup)
     }
 
     /// Each process's identity, for a restarted daemon to re-prove; gone already: nothing to
@@ -442,11 +447,10 @@ final class Enforcer {
     /// app's tree included, which no walk from the app's own process would find — and the
     /// cgroup that was the app's whole, killed whole then if it is still the instance
     /// signalled (`kill` looks).
-    func adoptSignalled(_ app: ProcessIdentity, _ processes: [ProcessIdentity],
-                        cgroup: (cgroup: Cgroup, instance: Cgroup.Instance)?) {
+    func adoptSignalled(_ app: ProcessIdentity, _ processes: [ProcessIdentity], cgroup: SignalledCgroup?) {
         let pidfds = Self.reproved(processes)
         guard terminating[app] == nil, !pidfds.isEmpty || cgroup != nil else { return }
-        terminating[app] = (pidfds, cgroup?.cgroup, cgroup?.instance)
+        terminating[app] = (pidfds, cgroup)
     }
 
     /// Signals the terminations whose processes have all stopped (`terminate`), each once
@@ -553,10 +557,11 @@ final class Enforcer {
             signalTermination(app, stopping, at: nil)
             if stopping.signal == Signal.kill { return }
         }
-        let record = terminating.removeValue(forKey: app) ?? ([], nil, nil)
+        let record = terminating.removeValue(forKey: app) ?? ([], nil)
         var survivors = record.pidfds.filter { !$0.hasExited }
-        let now = record.cgroup?.instance()
-        if let cgroup = record.cgroup, let now, now != record.instance {
+        let cgroup = record.cgroup?.cgroup
+        let now = cgroup?.instance()
+        if let cgroup, let now, now != record.cgroup?.instance {
             // Not the cgroup the app was terminated in: its unit's manager started the unit
             // again within the grace (`Restart=`), a new app that nobody terminated. What
             // was signalled is killed, and what it forked since; not the cgroup whole.
@@ -566,7 +571,7 @@ final class Enforcer {
         } else {
             // The instance terminated (gone: its unit stopped, between instances, with
             // nothing in it to kill).
-            if now != nil { try? record.cgroup?.kill() }
+            if now != nil { try? cgroup?.kill() }
             // And anything the main process forked meanwhile (gone, it has no tree to walk:
             // a unit's walk would be of its cgroup, started again there maybe).
             if let root = root(app), !root.hasExited { survivors += stopTree(app, uid: uid) }

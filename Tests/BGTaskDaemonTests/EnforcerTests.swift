@@ -784,7 +784,7 @@ import TestSupport
         let app = try rig.app(shell)
         rig.enforcer.adopt(app, unitPath: unit.path)
         rig.enforcer.terminate(app, uid: 0, command: "sh", signal: SIGTERM, at: 0)
-        #expect(rig.enforcer.terminating[app]?.cgroup == unit)
+        #expect(rig.enforcer.terminating[app]?.cgroup?.cgroup == unit)
         #expect(Spawned.terminatingSignal(try shell.wait(timeout: 5)) == SIGTERM)
         try waitUntil("all but one sleep ended") { try unit.processes().count == 1 }
         #expect(rig.logged.contains { $0.contains("cgroups past the first \(Enforcer.cgroupsPerLook) not terminated") })
@@ -811,7 +811,7 @@ import TestSupport
         try waitUntil("its child") { processTree(of: shell.pidfd).count == 2 }
         let app = try rig.app(shell)
         try rig.terminate(app, uid: 0, signal: SIGTERM, at: 0)
-        #expect(rig.enforcer.terminating[app]?.cgroup == cgroup)
+        #expect(rig.enforcer.terminating[app]?.cgroup?.cgroup == cgroup)
         let line = try #require(try shell.readLine(timeout: 5))
         let escaped = try Pidfd.open(pid: try #require(Int32(line.dropFirst("escaped ".count))))
         try waitUntil("out of the tree") { !processTree(of: shell.pidfd).contains { $0.pid == escaped.pid } }
