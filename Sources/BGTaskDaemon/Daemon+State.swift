@@ -54,9 +54,10 @@ extension Daemon {
                 enforcer.resume(app.identity, uid: app.uid, at: loop.now)
             }
         }
-        // What the previous daemon signalled is killed when the grace ends, as it would have
-        // been: held again, each process re-proved (one that left the app's tree — a child
-        // outliving its parent's handler — is found by no walk), and the app's cgroup killed
+        // What the previous daemon signalled is killed when the grace ends (what it stopped for
+        // a `SIGKILL` not sent yet, at the termination's bound), as it would have been: held
+        // again, each process re-proved (one that left the app's tree — a child outliving its
+        // parent's handler, or orphaned by someone's kill — is found by no walk), and the app's cgroup killed
         // whole if it is still the one signalled (its inode and invocation; `Enforcer.kill`).
         for (process, termination) in saved.terminating where termination.unsent == nil {
             let whole = termination.cgroup.flatMap { saved in
