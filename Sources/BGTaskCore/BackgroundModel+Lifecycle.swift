@@ -328,13 +328,14 @@ extension BackgroundModel {
         apps.touch(app)
     }
 
-    /// A termination whose signal waits for its processes' stops (`unsent`, or a `SIGKILL`
-    /// one): the processes stopped for it, saved so that a restarted daemon signals them —
-    /// or kills them at the bound — even where the app's own process is gone by then (killed
-    /// by someone: its stopped children, re-parented, are found by no walk and were left
-    /// stopped). A signal sent already is left as it is (`terminationSignalled` saved whom).
-    public mutating func terminationStopped(_ app: ProcessIdentity, processes: [ProcessIdentity]) {
-        guard var termination = terminating[app], termination.unsent != nil || termination.grace == nil else { return }
+    /// The processes a termination holds, all of them so far: those stopped for a signal
+    /// still to go out (`unsent`, or a `SIGKILL` one), or, after it, those it went to and
+    /// what the app was found to have forked since (a tracked app's forks when its own
+    /// process exited within the grace). Saved, so that a restarted daemon signals or kills
+    /// them even where the app's own process is gone (its stopped or forked children,
+    /// re-parented, are found by no walk).
+    public mutating func terminationHolds(_ app: ProcessIdentity, processes: [ProcessIdentity]) {
+        guard var termination = terminating[app] else { return }
         termination.signalled = Array(processes.prefix(Self.signalledSavedAtMost))
         terminating[app] = termination
         apps.touch(app)

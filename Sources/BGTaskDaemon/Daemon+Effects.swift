@@ -120,6 +120,11 @@ extension Daemon {
 
     func processExited(_ process: ProcessIdentity) {
         forgetWatch(process)
+        // A terminated app's own process exited within its grace: what it forked meanwhile
+        // (the tracker's set, every fork read) is still the app's, for the grace's `SIGKILL`.
+        if let tracker, enforcer.terminating[process] != nil, tracker.follows(process) {
+            enforcer.holdForGrace(process, tracker.members(of: process))
+        }
         tracker?.stop(process)
         enforcer.forget(process, at: loop.now)
         deferredSuspensions.remove(process)

@@ -71,7 +71,7 @@ extension Daemon {
         // waiting for its processes' stops, `Enforcer.signalStoppedTerminations`) is signalled
         // now, its grace from then: it stopped short of the handler, which a restart must not
         // take from it (the `SIGKILL` at the saved instant was all that came). With it, the
-        // processes stopped for it (`terminationStopped`): the app's own process killed by
+        // processes stopped for it (`terminationHolds`): the app's own process killed by
         // someone meanwhile, they were found by no walk, and left stopped.
         for termination in model.unsentTerminations {
             let process = termination.process

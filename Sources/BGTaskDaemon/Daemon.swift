@@ -195,7 +195,7 @@ public final class Daemon {
         enforcer.schedule = { [unowned self] wait, instant in
             if let instant { model.schedule(wait, at: Instant(nanoseconds: instant)) } else { model.cancel(wait) }
         }
-        enforcer.stopped = { [unowned self] app, processes in model.terminationStopped(app, processes: processes) }
+        enforcer.holds = { [unowned self] app, processes in model.terminationHolds(app, processes: processes) }
         enforcer.signalled = { [unowned self] app, instant, processes, whole in
             model.terminationSignalled(app, at: Instant(nanoseconds: instant), signalled: processes, cgroup: whole.map {
                 TerminatedCgroup(path: $0.cgroup.path, inode: $0.instance.inode, invocation: $0.instance.invocation)

@@ -109,10 +109,10 @@ final class Enforcer {
     /// and kills those at the grace's end (`BackgroundModel.terminationSignalled`,
     /// `adoptSignalled`).
     var signalled: (ProcessIdentity, Int64, [ProcessIdentity], SignalledCgroup?) -> Void = { _, _, _, _ in }
-    /// A termination's signal waits for the stops of the processes listed (all of them so
-    /// far): a restart signals them, the app's own process gone or not
-    /// (`BackgroundModel.terminationStopped`).
-    var stopped: (ProcessIdentity, [ProcessIdentity]) -> Void = { _, _ in }
+    /// The processes a termination holds (all of them so far): before its signal, those
+    /// whose stops it waits for; after it, those signalled and found since. A restart signals
+    /// or kills them, the app's own process gone or not (`BackgroundModel.terminationHolds`).
+    var holds: (ProcessIdentity, [ProcessIdentity]) -> Void = { _, _ in }
     /// The pidfd the daemon has held for the app's own process since it registered:
     /// every tree walk starts from it, never from a bare pid.
     let root: (ProcessIdentity) -> Pidfd?
@@ -404,7 +404,7 @@ final class Enforcer {
         stoppingForSignal[app] = stopping
         stoppingBudget.add(pidfds.count, for: uid)
         armTerminationStops(at: stopping.next)
-        stopped(app, Self.identities(of: pidfds))
+        holds(app, Self.identities(of: pidfds))
     }
 
     /// Signals a termination's processes (`Stopping`) that their owner may still signal;
@@ -453,6 +453,20 @@ final class Enforcer {
         terminating[app] = (pidfds, cgroup)
     }
 
+    /// Processes of a terminated app found after its signal (a tracked app's forks, read as
+    /// its own process exited within the grace: a handler's worker, or the child of a fork
+    /// under way in another thread as the app stopped), which no walk will find: held with
+    /// the rest for the grace's `SIGKILL` (each owner-checked then), and saved.
+    func holdForGrace(_ app: ProcessIdentity, _ found: [Pidfd]) {
+        guard var record = terminating[app] else { return }
+        let known = Set(record.pidfds.map(\.pid))
+        let more = found.filter { !known.contains($0.pid) }
+        guard !more.isEmpty else { return }
+        record.pidfds += more
+        terminating[app] = record
+        holds(app, Self.identities(of: record.pidfds))
+    }
+
     /// Signals the terminations whose processes have all stopped (`terminate`), each once
     /// its processes' lists of children name none it does not hold: a fork under way as the
     /// walk stopped its parent finishes after the stop (the kernel gives up a fork for a
@@ -496,7 +510,7 @@ final class Enforcer {
                     stoppingBudget.add(found.count, for: stopping.uid)
                     stopping.next = min(now + stopping.spacing, stopping.signalBy)
                     stoppingForSignal[app] = stopping
-                    stopped(app, Self.identities(of: stopping.pidfds))
+                    holds(app, Self.identities(of: stopping.pidfds))
                     if wait { continue }
                 }
                 reportExcluded(app, uid: stopping.uid, command: stopping.command, action: "terminated")

@@ -528,11 +528,13 @@ import Testing
                                                                       signalled: [sent, child], cgroup: whole))
         #expect(Set(h.model.unsentTerminations.map(\.process)) == [waiting, late])
         // What was stopped for a signal still to go out is saved, to be signalled after a
-        // restart; once the signal went, what it went to stays.
-        let stoppedChild = ProcessIdentity(pid: 201, startTime: 8)
-        h.model.terminationStopped(waiting, processes: [waiting, stoppedChild])
-        h.model.terminationStopped(sent, processes: [sent])
-        #expect(h.model.savedState().terminating[sent]?.signalled == [sent, child])
+        // restart; after the signal, what it went to and what was found since (a tracked
+        // app's fork in its grace), to be killed — neither moves the grace.
+        let stoppedChild = ProcessIdentity(pid: 201, startTime: 8), forked = ProcessIdentity(pid: 202, startTime: 9)
+        h.model.terminationHolds(waiting, processes: [waiting, stoppedChild])
+        h.model.terminationHolds(sent, processes: [sent, child, forked])
+        #expect(h.model.savedState().terminating[sent] == Termination(killAt: .seconds(2), uid: 1000, grace: .seconds(2),
+                                                                      signalled: [sent, child, forked], cgroup: whole))
         _ = h.take()
 
         func restored(at seconds: Double) -> ModelHarness {
@@ -544,7 +546,7 @@ import Testing
             return restored
         }
         var soon = restored(at: 1.5)
-        #expect(soon.model.savedState().terminating[sent]?.signalled == [sent, child])  // for the restarted daemon's kill
+        #expect(soon.model.savedState().terminating[sent]?.signalled == [sent, child, forked])  // for the restarted daemon's kill
         #expect(soon.model.savedState().terminating[sent]?.cgroup == whole)
         let unsent = soon.model.unsentTerminations.sorted { $0.process.pid < $1.process.pid }
         #expect(unsent.map(\.process) == [waiting, late])
@@ -588,7 +590,7 @@ import Testing
         killed.model.terminationSignalled(other, at: killed.now, signalled: [other], cgroup: whole)  // not the daemon's to say
         #expect(killed.model.savedState().terminating[other]?.cgroup == nil)
         // A `SIGKILL` termination's stopped processes are saved, for a restarted daemon's kill.
-        killed.model.terminationStopped(other, processes: [other, stoppedChild])
+        killed.model.terminationHolds(other, processes: [other, stoppedChild])
         #expect(killed.model.savedState().terminating[other]?.signalled == [other, stoppedChild])
         #expect(killed.model.unsentTerminations.isEmpty)
         #expect(killed.model.savedState().terminating[other]?.unsent == nil)
