@@ -20,7 +20,7 @@ import Testing
     }
 
     private func remove(_ path: String) {
-        for name in [StateFile.fileName, "bgtaskd.lock"] { unlink(path + "/" + name) }
+        for name in [StateFile.fileName, StateFile.fileName + ".unreadable", "bgtaskd.lock"] { unlink(path + "/" + name) }
         rmdir(path)
     }
 
