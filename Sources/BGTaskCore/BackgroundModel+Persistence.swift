@@ -251,22 +251,24 @@ extension BackgroundModel {
     /// that passed while no daemon ran, in order), and what a restart necessarily ends,
     /// ends: tasks bound to a connection, and transitions whose subscriber was connected.
     /// `policy` gives each app its policy before its timers are armed (policies are not saved:
-    /// they are matched again, and a warning instant depends on the app's policy).
+    /// they are matched again, and a warning instant depends on the app's policy). Returns
+    /// how many background apps' deadlines moved later: rule 7a across a restart, below.
+    @discardableResult
     public mutating func restore(_ saved: SavedState, at now: Instant, policy: (SavedApp) -> AppPolicy? = { _ in nil },
-                                 effects: inout [Effect]) {
+                                 effects: inout [Effect]) -> Int {
         precondition(apps.count == 0 && tasks.count == 0, "restore into a model with no apps")
         nextTaskID = max(nextTaskID, saved.nextTaskID, (saved.tasks.keys.max() ?? 0) + 1)
         // Keys of an older daemon that named no uid (units' were shared by every user) are
         // not kept: users must never share quota.
         for (key, intervals) in saved.quota where Self.quotaOwner(ofKey: key) != nil { setQuotaUsage(key, intervals) }
         quotaChanged.removeAll()
+        var moved = 0
         for app in saved.apps.values.sorted(by: { $0.identity.pid < $1.identity.pid }) {
             let unit = app.unit.flatMap { appsByUnit[$0] == nil ? $0 : nil }
             var record = AppRecord(identity: app.identity, uid: app.uid, command: app.command, unit: unit,
                                    containment: unit == nil && app.containment == .unit ? .tree : app.containment)
             record.state = app.state
             record.phase = app.state == .background ? (app.phase ?? .running) : nil
-            record.deadline = app.deadline
             record.transitionDeadline = app.transitionDeadline
             record.warned = app.warned
             record.epoch = 1
@@ -274,13 +276,20 @@ extension BackgroundModel {
             record.policy = policy(app)
             record.holdingSince = app.holdingSince
             record.requestKey = app.requestKey
+            // Rule 7a across a restart: time in which no daemon ran takes no app's warning. A
+            // background app not warned yet has at least its warning's length left (one whose
+            // warning fell due meanwhile is warned now, and its library, back within a second,
+            // hears it in time to act); one warned has at least the minimum grace (its library
+            // sends the task ends it kept while the daemon was away). Warnings off: as saved.
+            let lead = settings(record).expirationWarning
+            let least = app.warned ? Self.periodLength(.zero, settings(record)) : lead
+            record.deadline = app.deadline.map { app.state == .background && least > .zero ? max($0, now + least) : $0 }
+            if record.deadline != app.deadline { moved += 1 }
             if let key = app.quotaKey, app.holdingSince != nil { quotaHolders[key, default: []].insert(app.identity) }
             insertApp(record)
             effects.append(.watch(app.identity))
-            guard app.state == .background, let deadline = app.deadline else { continue }
-            if !app.warned {
-                timers.insert(.warning(app.identity, epoch: 1), at: max(.zero, deadline - settings(record).expirationWarning))
-            }
+            guard app.state == .background, let deadline = record.deadline else { continue }
+            if !app.warned { timers.insert(.warning(app.identity, epoch: 1), at: max(now, deadline - lead)) }
             timers.insert(.deadline(app.identity, epoch: 1), at: deadline)
             if record.phase == .transition, let transitionDeadline = app.transitionDeadline {
                 timers.insert(.transitionTimeout(app.identity, epoch: 1), at: transitionDeadline)
@@ -330,6 +339,7 @@ extension BackgroundModel {
         for app in apps.values where app.phase == .transition {
             finishTransition(of: app.identity, at: now, effects: &effects)
         }
+        return moved
     }
 }
 

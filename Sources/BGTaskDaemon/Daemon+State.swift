@@ -22,7 +22,7 @@ extension Daemon {
         }
         // Policies are not saved: matched again, from the live processes, before the timers
         // are armed (a policy's ExpirationWarningSec sets the warning's instant).
-        model.restore(saved, at: now, policy: { [policies] app in
+        let moved = model.restore(saved, at: now, policy: { [policies] app in
             policies.policies.isEmpty ? nil : policies.policy(for: self.facts(pid: app.identity.pid, uid: app.uid, unit: app.unit))
         }, effects: &effects)
         rematchPolicies()
@@ -86,7 +86,8 @@ extension Daemon {
         if loaded.found {
             let counts = model.stateCounts
             log(.info, "Restored \(model.appCount) apps (\(counts[.suspended, default: 0]) suspended) and "
-                + "\(model.taskCount) tasks from \(stateFile.path)")
+                + "\(model.taskCount) tasks from \(stateFile.path)"
+                + (moved == 0 ? "" : "; the deadlines of \(moved) background app(s) moved later: their warning (or the minimum grace, warned) from now, as it fell due while no daemon ran"))
         }
     }
 

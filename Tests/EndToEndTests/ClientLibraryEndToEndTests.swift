@@ -195,6 +195,38 @@ import Varlink
         try waitUntil("the task ended once the daemon is back") { try daemon.tasks().isEmpty }
     }
 
+    /// Rule 7a across a restart: the daemon is killed before a background app's warning and
+    /// started again after its deadline (2.3 s later, within the library's 3 s wait). The app is
+    /// warned at the restart with its whole warning (1.5 s) from then; the library, back, runs
+    /// the handler, which ends the task, and the app is suspended, not terminated. (Before:
+    /// the restarted daemon terminated it at once, unwarned.) Also for uid 65534's app.
+    @Test(arguments: getuid() == 0 ? [false, true] : [false])
+    func anAppWhoseWarningFellDueWhileNoDaemonRanIsWarnedOnceItIsBack(asNobody: Bool) throws {
+        let budget = ["BackgroundTimeSec=2s", "ExpirationWarningSec=1500ms", "GrantLatencyMinSec=0", "GrantLatencyMaxSec=0"]
+        let first = try TestDaemon(budget)
+        let binary = Binaries.path("bgtask-libprobe")
+        let app = try asNobody
+            ? Probe(process: try Spawned("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups",
+                                                              binary, "--socket", first.socketPath]))
+            : self.app(first)
+        let id = try begin(app, "begin held")
+        try granted(first, id)
+        try first.setState(app.pid, "background")
+        let backgrounded = Clock.monotonicNanoseconds()
+        try first.crash()  // well before the warning, 0.5 s after the background
+        #expect(Clock.monotonicNanoseconds() - backgrounded < 400_000_000, "the daemon outlived the app's warning")
+        // Past the deadline, then back.
+        waitForInstant(backgrounded + 2_300_000_000)
+        let daemon = try first.restart(budget)
+        let warned = try app.next(timeout: 5) { $0["expired"] != nil }
+        #expect(warned["expired"]?.intValue == id && warned["reason"] == "expiring")
+        try waitUntil("the app suspended once its handler ended the task") { processState(app.pid) == "T" }
+        let last = try #require(try daemon.history().last)
+        #expect(last["pid"]?.intValue == Int64(app.pid) && last["action"] == "suspended" && last["reason"] == "tasksEnded")
+        #expect(!app.process.hasExited)
+        try daemon.setState(app.pid, "foreground")
+    }
+
     /// An ended task wakes the library's event thread only if the transition (or a wake)
     /// waits for it (`ClientState.endingSettles`). What the kernel counts for that thread over
     /// 300 Begin+End pairs in the foreground: its `read(2)`s (`syscr` in its `io`; the
