@@ -20,6 +20,8 @@ public struct TaskRequest: Equatable, Sendable {
 
     /// The shortest period (Android's, for periodic work).
     public static let minimumInterval = Duration.seconds(15 * 60)
+    /// The longest period, and the furthest `earliestBeginDate`, a submission may ask for.
+    public static let maximumSeconds: Double = 366 * 86_400
     /// iOS's limits: pending requests of one app, by kind.
     public static func maximumPending(_ kind: TaskRequestKind) -> Int { kind == .refresh ? 1 : 10 }
 

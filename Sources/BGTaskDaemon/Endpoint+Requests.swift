@@ -18,8 +18,8 @@ extension Daemon {
             guard let kind = TaskRequestKind(rawValue: try parameters.string(Field.kind)) else {
                 throw VarlinkError.invalidParameter(Field.kind)
             }
-            let after = try parameters.optionalSeconds("earliestBeginDate", maximum: 366 * 86_400) ?? .zero
-            let interval = try parameters.optionalSeconds("interval", maximum: 366 * 86_400)
+            let after = try parameters.optionalSeconds("earliestBeginDate", maximum: TaskRequest.maximumSeconds) ?? .zero
+            let interval = try parameters.optionalSeconds("interval", maximum: TaskRequest.maximumSeconds)
             let request = TaskRequest(identifier: identifier, kind: kind, earliestBegin: now + after,
                                       requiresExternalPower: try parameters.optionalBool("requiresExternalPower") ?? false,
                                       requiresNetworkConnectivity: try parameters.optionalBool("requiresNetworkConnectivity") ?? false,

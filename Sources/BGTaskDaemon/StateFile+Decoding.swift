@@ -147,7 +147,13 @@ extension StateFile {
         let key = try key(value["key"])
         guard value["requests"] != nil else { return (key, nil) }
         let requests = try (value["requests"]?.arrayValue ?? []).prefix(11).map { item throws -> TaskRequest in
-            let interval = try optionalInstant(item["interval"]).map { Duration.nanoseconds($0.nanoseconds) }
+            let interval = try optionalInstant(item["interval"]).map { instant throws -> Duration in
+                // Bounded as a submission's is: written back as nanoseconds, as here.
+                guard instant.nanoseconds >= 0, instant.nanoseconds <= Int64(TaskRequest.maximumSeconds) * 1_000_000_000 else {
+                    throw Malformed(description: "request interval \(instant.nanoseconds) ns out of range")
+                }
+                return .nanoseconds(instant.nanoseconds)
+            }
             return TaskRequest(identifier: try TaskRequest.validate(identifier: try string(item["identifier"])),
                                kind: try Self.value(TaskRequestKind.self, item["kind"]),
                                earliestBegin: try instant(item["earliestBegin"]),
@@ -172,7 +178,7 @@ extension StateFile {
                 ]
                 if request.requiresExternalPower { object["power"] = .bool(true) }
                 if request.requiresNetworkConnectivity { object["network"] = .bool(true) }
-                if let interval = request.interval { object["interval"] = .int(Int64(interval.seconds * 1e9)) }
+                if let interval = request.interval { object["interval"] = .int(interval.nanoseconds) }
                 return .object(object)
             }),
         ])

@@ -150,4 +150,19 @@ import Testing
         #expect(try StateFile.termination(try JSON.parse(good)).cgroup
             == TerminatedCgroup(path: "/a/b.service", inode: 7, invocation: [0, 255]))
     }
+
+    /// A scheduled request's interval is bounded as a submission's is (366 days): one beyond
+    /// makes the line malformed — written back, an interval of 2^63 ns trapped the daemon
+    /// (`Int64(seconds * 1e9)`) at every start. The bound itself is read and written back exactly.
+    @Test(arguments: [Int64.max, -1, 31_622_400_000_000_001])
+    func aRequestsIntervalBeyondWhatASubmissionMayAskIsMalformed(_ interval: Int64) throws {
+        func line(_ interval: Int64) throws -> JSON {
+            try JSON.parse(#"{"key": "u1000:app", "uid": 1000, "lastSeen": 5, "launches": [], "requests": [{"identifier": "r", "kind": "refresh", "earliestBegin": 9, "interval": \#(interval)}]}"#)
+        }
+        #expect(throws: StateFile.Malformed.self) { try StateFile.requests(try line(interval)) }
+        let bound = Int64(TaskRequest.maximumSeconds) * 1_000_000_000
+        let (key, book) = try StateFile.requests(try line(bound))
+        #expect(book?.requests.first?.interval == .seconds(TaskRequest.maximumSeconds))
+        #expect(StateFile.encode(book, key: key)["requests"]?.arrayValue?.first?["interval"]?.intValue == bound)
+    }
 }
