@@ -118,7 +118,8 @@ session-check:
 		bash Tests/systemd/session-test.sh; \
 	fi
 
-# libFuzzer on the Varlink decoder and the configuration parser: make fuzz FUZZ_SECONDS=3600
+# libFuzzer on the Varlink decoder, the configuration parser, both client libraries' rules
+# and the state file read back (scripts/fuzz): make fuzz FUZZ_SECONDS=3600
 fuzz:
 	scripts/fuzz $(FUZZ_SECONDS)
 

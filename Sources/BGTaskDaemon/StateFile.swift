@@ -73,7 +73,7 @@ final class StateFile {
                     rejected = header?["format"]?.intValue != Int64(Self.format)
                 case let .text(bytes):
                     do {
-                        try apply(JSON.parse(bytes), to: &loaded)
+                        try Self.apply(JSON.parse(bytes), to: &loaded)
                     } catch {
                         // Only the last line can be cut short (a write interrupted by a crash).
                         loaded.problems.append("\(path) line \(number) ignored: \(error)")
@@ -101,7 +101,8 @@ final class StateFile {
         var description: String
     }
 
-    private func apply(_ line: JSON, to loaded: inout Loaded) throws {
+    /// One line read back into what is loaded (the fuzz target's entry too: `scripts/fuzz state`).
+    static func apply(_ line: JSON, to loaded: inout Loaded) throws {
         guard case let .object(fields) = line, fields.count == 1, let (kind, value) = fields.first else {
             throw Malformed(description: "not a one-key object")
         }
@@ -355,33 +356,17 @@ final class StateFile {
     func rewrite(_ state: SavedState, history: [HistoryEntry]) throws(Errno) {
         let unwritten = pending.bytes(from: 0)
         let unwrittenLines = linesSinceRewrite
-        pending.removeAll()
-        var header: [UInt8] = []
-        JSON.object(["format": .int(Int64(Self.format)), "boot": .string(Self.bootID)]).write(to: &header)
-        header.append(UInt8(ascii: "\n"))
-        header.withUnsafeBytes { pending.append($0) }
-        for entry in history { record(entry) }
-        // The whole state is every record changed at once.
-        for app in state.apps.values { record(.app(app)) }
-        for (process, termination) in state.terminating { record(.terminating(process, termination)) }
-        for task in state.tasks.values { record(.task(task)) }
-        record(quota: state.quota.keys.sorted().map { ($0, state.quota[$0]!) })
-        record(requests: state.requests.keys.sorted().map { ($0, state.requests[$0]) })
-        lastNextTaskID = max(lastNextTaskID, state.nextTaskID)
-        append("nextTaskId", .int(Int64(lastNextTaskID)))
-        let whole = pending.bytes(from: 0)
+        let whole = wholeText(state, history: history)
         let file: FileDescriptor
         do {
             file = try directory.replace(Self.fileName, with: whole)
         } catch {
-            pending.removeAll()
             unwritten.withUnsafeBytes { pending.append($0) }
             linesSinceRewrite = unwrittenLines
             throw error
         }
         // The new file holds everything; the old log is gone. If the new one cannot be
         // mapped (no room reserved past it), it is not open, and the next write rewrites.
-        pending.removeAll()
         linesSinceRewrite = 0
         log = nil
         log = try MappedLog(file: file, length: whole.count)
@@ -392,6 +377,26 @@ final class StateFile {
     }
 
     // MARK: Encoding
+
+    /// A new log's text: the header, then the whole state as every record changed at once.
+    /// Leaves nothing pending.
+    func wholeText(_ state: SavedState, history: [HistoryEntry]) -> [UInt8] {
+        pending.removeAll()
+        defer { pending.removeAll() }
+        var header: [UInt8] = []
+        JSON.object(["format": .int(Int64(Self.format)), "boot": .string(Self.bootID)]).write(to: &header)
+        header.append(UInt8(ascii: "\n"))
+        header.withUnsafeBytes { pending.append($0) }
+        for entry in history { record(entry) }
+        for app in state.apps.values { record(.app(app)) }
+        for (process, termination) in state.terminating { record(.terminating(process, termination)) }
+        for task in state.tasks.values { record(.task(task)) }
+        record(quota: state.quota.keys.sorted().map { ($0, state.quota[$0]!) })
+        record(requests: state.requests.keys.sorted().map { ($0, state.requests[$0]) })
+        lastNextTaskID = max(lastNextTaskID, state.nextTaskID)
+        append("nextTaskId", .int(Int64(lastNextTaskID)))
+        return pending.bytes(from: 0)
+    }
 
     /// This boot's id: monotonic instants and process start times mean nothing in another.
     static let bootID: String = {
