@@ -51,15 +51,16 @@ public final class BGTaskScheduler: @unchecked Sendable {
 
     /// Submits `taskRequest`, replacing a pending one with its identifier.
     public func submit(_ taskRequest: BGTaskRequest) throws {
+        let settings = taskRequest.settings.withLock { $0 }  // one consistent reading
         var parameters: [String: JSON] = [
             Field.identifier: .string(taskRequest.identifier), Field.kind: .string(taskRequest.kind),
-            "earliestBeginDate": .double(max(0, taskRequest.earliestBeginDate?.timeIntervalSinceNow ?? 0)),
+            "earliestBeginDate": .double(max(0, settings.earliestBeginDate?.timeIntervalSinceNow ?? 0)),
         ]
-        if let processing = taskRequest as? BGProcessingTaskRequest {
-            parameters["requiresExternalPower"] = .bool(processing.requiresExternalPower)
-            parameters["requiresNetworkConnectivity"] = .bool(processing.requiresNetworkConnectivity)
+        if taskRequest is BGProcessingTaskRequest {
+            parameters["requiresExternalPower"] = .bool(settings.requiresExternalPower)
+            parameters["requiresNetworkConnectivity"] = .bool(settings.requiresNetworkConnectivity)
         }
-        if let interval = taskRequest.interval { parameters["interval"] = .double(interval) }
+        if let interval = settings.interval { parameters["interval"] = .double(interval) }
         _ = try call(.submitTaskRequest, parameters)
     }
 
@@ -107,13 +108,29 @@ public final class BGTaskScheduler: @unchecked Sendable {
     }
 }
 
-/// UIKit's `BGTaskRequest`: what to launch, and no earlier than when.
+/// UIKit's `BGTaskRequest`: what to launch, and no earlier than when. Its properties may be
+/// set and read from any thread (as UIKit's atomic ones): each is behind the request's lock.
 public class BGTaskRequest: @unchecked Sendable, CustomStringConvertible {
     public let identifier: String
+    /// What may change after `init`, under one lock.
+    struct Settings {
+        var earliestBeginDate: Date?
+        var interval: TimeInterval?
+        var requiresExternalPower = false
+        var requiresNetworkConnectivity = false
+    }
+    let settings = Locked(Settings())
+
     /// No earlier than this; `nil`: as soon as possible.
-    public var earliestBeginDate: Date?
+    public var earliestBeginDate: Date? {
+        get { settings.withLock { $0.earliestBeginDate } }
+        set { settings.withLock { $0.earliestBeginDate = newValue } }
+    }
     /// Periodic: submitted again this long after each launch (at least 15 min). An addition.
-    public var interval: TimeInterval?
+    public var interval: TimeInterval? {
+        get { settings.withLock { $0.interval } }
+        set { settings.withLock { $0.interval = newValue } }
+    }
     var kind: String { "refresh" }
 
     init(identifier: String) { self.identifier = identifier }
@@ -143,8 +160,14 @@ public final class BGAppRefreshTaskRequest: BGTaskRequest, @unchecked Sendable {
 }
 
 public final class BGProcessingTaskRequest: BGTaskRequest, @unchecked Sendable {
-    public var requiresExternalPower = false
-    public var requiresNetworkConnectivity = false
+    public var requiresExternalPower: Bool {
+        get { settings.withLock { $0.requiresExternalPower } }
+        set { settings.withLock { $0.requiresExternalPower = newValue } }
+    }
+    public var requiresNetworkConnectivity: Bool {
+        get { settings.withLock { $0.requiresNetworkConnectivity } }
+        set { settings.withLock { $0.requiresNetworkConnectivity = newValue } }
+    }
     override var kind: String { "processing" }
     public override init(identifier: String) { super.init(identifier: identifier) }
 }
