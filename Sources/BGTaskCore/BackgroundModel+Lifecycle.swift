@@ -305,20 +305,18 @@ extension BackgroundModel {
     /// A catchable termination's grace (`nil`: a `SIGKILL` termination, or none under way).
     public func terminationGrace(of app: ProcessIdentity) -> Duration? { terminating[app]?.grace }
 
-    /// A catchable termination's signal went out, to the processes `signalled` (and to
-    /// `cgroup`, the app's whole): no longer `unsent` (a restart does not send it again),
-    /// and those saved for its `SIGKILL` (a restarted daemon kills them). Its grace runs from the signal, so one sent
+    /// A catchable termination's signal went out, to the processes it holds
+    /// (`terminationHolds`: a restarted daemon kills them) and to `cgroup`, the app's whole
+    /// (saved likewise): no longer `unsent` (a restart does not send it again). Its grace runs from the signal, so one sent
     /// after the termination (its processes' stops took long,
     /// `Enforcer.signalStoppedTerminations`) still gives the handler all of it: the `SIGKILL`
     /// comes no earlier than the grace after the signal. A `SIGKILL` termination, or one not
     /// known, is left as it is.
-    public mutating func terminationSignalled(_ app: ProcessIdentity, at now: Instant, signalled: [ProcessIdentity] = [],
-                                              cgroup: TerminatedCgroup? = nil) {
+    public mutating func terminationSignalled(_ app: ProcessIdentity, at now: Instant, cgroup: TerminatedCgroup? = nil) {
         guard var termination = terminating[app], let grace = termination.grace else { return }
         let later = now + grace > termination.killAt
-        guard later || termination.unsent != nil || !signalled.isEmpty || cgroup != nil else { return }
+        guard later || termination.unsent != nil || cgroup != nil else { return }
         termination.unsent = nil
-        if !signalled.isEmpty { termination.signalled = Array(signalled.prefix(Self.signalledSavedAtMost)) }
         if let cgroup { termination.cgroup = cgroup }
         if later {
             termination.killAt = now + grace

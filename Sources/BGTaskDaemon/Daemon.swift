@@ -196,8 +196,8 @@ public final class Daemon {
             if let instant { model.schedule(wait, at: Instant(nanoseconds: instant)) } else { model.cancel(wait) }
         }
         enforcer.holds = { [unowned self] app, processes in model.terminationHolds(app, processes: processes) }
-        enforcer.signalled = { [unowned self] app, instant, processes, whole in
-            model.terminationSignalled(app, at: Instant(nanoseconds: instant), signalled: processes, cgroup: whole.map {
+        enforcer.signalled = { [unowned self] app, instant, whole in
+            model.terminationSignalled(app, at: Instant(nanoseconds: instant), cgroup: whole.map {
                 TerminatedCgroup(path: $0.cgroup.path, inode: $0.instance.inode, invocation: $0.instance.invocation)
             })
         }

@@ -104,11 +104,11 @@ final class Enforcer {
     /// Arms (an instant) or disarms (`nil`) one of the enforcement's waits: the model's timers.
     var schedule: (Wait, Int64?) -> Void = { _, _ in }
     /// A catchable termination's signal went out (at once, or after its stops were waited
-    /// for), to the processes listed and the cgroup that is the app's whole (with the
-    /// instance it was): the model's grace runs from then, a restart does not send it again,
-    /// and kills those at the grace's end (`BackgroundModel.terminationSignalled`,
+    /// for), to the processes `holds` was just told of and the cgroup that is the app's whole
+    /// (with the instance it was): the model's grace runs from then, a restart does not send
+    /// it again, and kills those at the grace's end (`BackgroundModel.terminationSignalled`,
     /// `adoptSignalled`).
-    var signalled: (ProcessIdentity, Int64, [ProcessIdentity], SignalledCgroup?) -> Void = { _, _, _, _ in }
+    var signalled: (ProcessIdentity, Int64, SignalledCgroup?) -> Void = { _, _, _ in }
     /// The processes a termination holds (all of them so far): before its signal, those
     /// whose stops it waits for; after it, those signalled and found since. A restart signals
     /// or kills them, the app's own process gone or not (`BackgroundModel.terminationHolds`).
@@ -418,7 +418,8 @@ final class Enforcer {
         guard stopping.signal != Signal.kill else { return }
         terminating[app] = (stopping.pidfds, stopping.cgroup)
         guard let now else { return }
-        signalled(app, now, Self.identities(of: stopping.pidfds), stopping.cgroup)
+        holds(app, Self.identities(of: stopping.pidfds))
+        signalled(app, now, stopping.cgroup)
     }
 
     /// Each process's identity, for a restarted daemon to re-prove; gone already: nothing to

@@ -523,7 +523,8 @@ import Testing
         #expect(h.model.savedState().terminating[waiting]?.unsent == .term)
         let child = ProcessIdentity(pid: 200, startTime: 7)
         let whole = TerminatedCgroup(path: "/user.slice/app.scope", inode: 9, invocation: [1, 2])
-        h.model.terminationSignalled(sent, at: h.now, signalled: [sent, child], cgroup: whole)  // at once: the grace as it was
+        h.model.terminationHolds(sent, processes: [sent, child])  // the daemon's order: what it went to, then the signal
+        h.model.terminationSignalled(sent, at: h.now, cgroup: whole)  // at once: the grace as it was
         #expect(h.model.savedState().terminating[sent] == Termination(killAt: .seconds(2), uid: 1000, grace: .seconds(2),
                                                                       signalled: [sent, child], cgroup: whole))
         #expect(Set(h.model.unsentTerminations.map(\.process)) == [waiting, late])
@@ -581,13 +582,14 @@ import Testing
         let many = try big.app(pid: 104)
         try big.model.terminate(many, at: big.now, effects: &big.effects)
         let tree = [many] + (0..<5000).map { ProcessIdentity(pid: 1000 + Int32($0), startTime: 1) }
-        big.model.terminationSignalled(many, at: big.now, signalled: tree)
+        big.model.terminationHolds(many, processes: tree)
+        big.model.terminationSignalled(many, at: big.now)
         #expect(big.model.savedState().terminating[many]?.signalled == Array(tree.prefix(BackgroundModel.signalledSavedAtMost)))
 
         var killed = ModelHarness { $0.terminateSignal = .kill }
         let other = try killed.app(pid: 103)
         try killed.model.terminate(other, at: killed.now, effects: &killed.effects)
-        killed.model.terminationSignalled(other, at: killed.now, signalled: [other], cgroup: whole)  // not the daemon's to say
+        killed.model.terminationSignalled(other, at: killed.now, cgroup: whole)  // not the daemon's to say
         #expect(killed.model.savedState().terminating[other]?.cgroup == nil)
         // A `SIGKILL` termination's stopped processes are saved, for a restarted daemon's kill.
         killed.model.terminationHolds(other, processes: [other, stoppedChild])
