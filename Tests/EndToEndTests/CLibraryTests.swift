@@ -148,6 +148,38 @@ import Varlink
         seen += try Self.lines(app, until: "ended task 1: ok")
     }
 
+    /// Rule 7a across a restart, through the C library: the daemon is killed before the app's
+    /// warning (0.5 s into its background time) and started again after its deadline (2.3 s);
+    /// the app is warned at the restart with its whole warning, its handler ends the task,
+    /// and it is suspended (before: terminated at the restart, unwarned).
+    @Test(.enabled(if: haveCompiler, "needs cc, pkg-config and make"))
+    func theCLibraryIsWarnedByADaemonBackAfterItsDeadline() throws {
+        let prefix = try Self.installed()
+        defer { try? FileManager.default.removeItem(atPath: prefix) }
+        let example = try Self.buildExample(prefix)
+        let settings = ["BackgroundTimeSec=2s", "ExpirationWarningSec=1500ms", "GrantLatencyMinSec=0", "GrantLatencyMaxSec=0"]
+        let daemon = try TestDaemon(settings)
+        let app = try Spawned(example, [], environment: ["BGTASKD_SOCKET=\(daemon.socketPath)",
+                                                         "LD_LIBRARY_PATH=\(prefix)/lib"])
+        _ = try Self.lines(app, until: "running in the foreground")
+        try daemon.setState(app.pid, "background")
+        let backgrounded = Clock.monotonicNanoseconds()
+        var seen = try Self.lines(app, until: "began background task 1")
+        try waitUntil("the task granted") {
+            try daemon.manager("ListTasks")["tasks"]?.arrayValue?.first?["state"] == "granted"
+        }
+        try daemon.crash()
+        #expect(Clock.monotonicNanoseconds() - backgrounded < 400_000_000, "the daemon outlived the app's warning")
+        waitForInstant(backgrounded + 2_300_000_000)
+        let restarted = try daemon.restart(settings)
+        seen += try Self.lines(app, until: "expiration handler", timeout: 10)
+        #expect(seen.last?.contains("expiration handler: task 1, reason 1") == true, "\(seen)")  // EXPIRING
+        try waitUntil("the example suspended") { processState(app.pid) == "T" }
+        #expect(try restarted.history().last?["reason"] == "tasksEnded")
+        try restarted.setState(app.pid, "foreground")
+        seen += try Self.lines(app, until: "ended task 1: ok")
+    }
+
     /// The Python example: ctypes on the installed libbgtask.so.0, the same cycle.
     @Test(.enabled(if: haveCompiler && access("/usr/bin/python3", X_OK) == 0, "needs cc, make and python3"))
     func thePythonExampleGoesThroughTheWholeCycle() throws {
