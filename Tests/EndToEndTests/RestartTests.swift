@@ -110,13 +110,16 @@ import Varlink
     /// A restored deadline fires by itself: the restarted daemon arms its timer at once, not
     /// at the first call some client happens to make.
     @Test func aRestoredDeadlineFiresWithNoCallAfterTheRestart() throws {
-        let daemon = try TestDaemon(["BackgroundTimeSec=1s", "ExpirationWarningSec=0"])
+        let settings = ["BackgroundTimeSec=1s", "ExpirationWarningSec=0"]
+        let daemon = try TestDaemon(settings)
         let probe = try daemon.probe()
         _ = try probe.begin("held")
         try waitUntil("the task granted") { try daemon.tasks().first?["state"] == "granted" }
         try daemon.setState(probe.pid, "background")
         try daemon.crash()
-        let restarted = try daemon.restart(connecting: false)
+        // The same settings: warnings off, no warning's length for the restart to give back
+        // (with the default 5 s, the app is warned at the restart and killed 5 s later).
+        let restarted = try daemon.restart(settings, connecting: false)
         defer { withExtendedLifetime(restarted) {} }  // dropping it stops the daemon
         // Not a single connection from here on: only the log and /proc are read.
         try waitUntil("the app held past its restored deadline killed") { probe.process.hasExited }
