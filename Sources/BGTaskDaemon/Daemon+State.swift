@@ -65,7 +65,7 @@ extension Daemon {
                     Enforcer.SignalledCgroup(cgroup: $0, instance: Cgroup.Instance(inode: saved.inode, invocation: saved.invocation))
                 }
             }
-            enforcer.adoptSignalled(process, termination.signalled, cgroup: whole)
+            enforcer.adoptSignalled(process, termination.signalled, cgroup: whole, bound: termination.grace == nil)
         }
         // A catchable termination whose signal the previous daemon had not sent yet (it was
         // waiting for its processes' stops, `Enforcer.signalStoppedTerminations`) is signalled

@@ -155,8 +155,9 @@ final class Enforcer {
     /// tracked apps' checks (`trackedStats`) are bounded alike, apart.
     var heldStopLimits = (all: Enforcer.maximumHeldStops, perUser: Enforcer.maximumHeldStops / 2)
     /// Apps sent a catchable signal: what to `SIGKILL` when the grace runs out, and the
-    /// cgroup to kill whole then if it is still the instance signalled.
-    var terminating: [ProcessIdentity: (pidfds: [Pidfd], cgroup: SignalledCgroup?)] = [:]
+    /// cgroup to kill whole then if it is still the instance signalled. (`bound`: a `SIGKILL`
+    /// termination's processes a restarted daemon adopted, killed at the termination's bound.)
+    var terminating: [ProcessIdentity: (pidfds: [Pidfd], cgroup: SignalledCgroup?, bound: Bool)] = [:]
     /// A cgroup that was an app's whole when it was sent a catchable signal, and which cgroup
     /// was at its path then (`Cgroup.instance`), read before any signal: read after it, a
     /// unit started again at once (`Restart=`, on a loaded machine) was read as the instance
@@ -416,7 +417,7 @@ final class Enforcer {
             try? pidfd.send(signal: stopping.signal)
         }
         guard stopping.signal != Signal.kill else { return }
-        terminating[app] = (stopping.pidfds, stopping.cgroup)
+        terminating[app] = (stopping.pidfds, stopping.cgroup, false)
         guard let now else { return }
         holds(app, Self.identities(of: stopping.pidfds))
         signalled(app, now, stopping.cgroup)
@@ -448,10 +449,10 @@ final class Enforcer {
     /// app's tree included, which no walk from the app's own process would find — and the
     /// cgroup that was the app's whole, killed whole then if it is still the instance
     /// signalled (`kill` looks).
-    func adoptSignalled(_ app: ProcessIdentity, _ processes: [ProcessIdentity], cgroup: SignalledCgroup?) {
+    func adoptSignalled(_ app: ProcessIdentity, _ processes: [ProcessIdentity], cgroup: SignalledCgroup?, bound: Bool = false) {
         let pidfds = Self.reproved(processes)
         guard terminating[app] == nil, !pidfds.isEmpty || cgroup != nil else { return }
-        terminating[app] = (pidfds, cgroup)
+        terminating[app] = (pidfds, cgroup, bound)
     }
 
     /// Processes of a terminated app found after its signal (a tracked app's forks, read as
@@ -572,7 +573,7 @@ final class Enforcer {
             signalTermination(app, stopping, at: nil)
             if stopping.signal == Signal.kill { return }
         }
-        let record = terminating.removeValue(forKey: app) ?? ([], nil)
+        let record = terminating.removeValue(forKey: app) ?? ([], nil, false)
         var survivors = record.pidfds.filter { !$0.hasExited }
         let cgroup = record.cgroup?.cgroup
         let now = cgroup?.instance()
@@ -596,7 +597,7 @@ final class Enforcer {
         survivors.removeAll { !Self.owner(uid, maySignal: $0) }
         for pidfd in survivors { try? pidfd.send(signal: Signal.kill) }
         if !survivors.isEmpty {
-            log(.warning, about: uid, "App \(app) still had \(survivors.count) process(es) after the terminate grace; sent SIGKILL")
+            log(.warning, about: uid, "App \(app) still had \(survivors.count) process(es) after the \(record.bound ? "termination's bound" : "terminate grace"); sent SIGKILL")
         }
     }
 

@@ -192,7 +192,7 @@ import Varlink
             #expect(second.logged { $0.contains("App pid \(app.pid) (?): not every process of it had stopped 1s after its termination; signalled all the same") })
             #expect(killed >= 0.9 && killed < 2.5, "killed \(killed)s after the restart: by SIGTERM a second after it, not by SIGKILL the grace after that")
         } else {
-            #expect(second.logged { $0.contains("App pid \(app.pid) still had 1 process(es) after the terminate grace; sent SIGKILL") })
+            #expect(second.logged { $0.contains("App pid \(app.pid) still had 1 process(es) after the termination's bound; sent SIGKILL") })
         }
     }
 
