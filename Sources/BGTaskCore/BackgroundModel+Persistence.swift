@@ -251,11 +251,13 @@ extension BackgroundModel {
     /// that passed while no daemon ran, in order), and what a restart necessarily ends,
     /// ends: tasks bound to a connection, and transitions whose subscriber was connected.
     /// `policy` gives each app its policy before its timers are armed (policies are not saved:
-    /// they are matched again, and a warning instant depends on the app's policy). Returns
-    /// how many background apps' deadlines moved later: rule 7a across a restart, below.
+    /// they are matched again, and a warning instant depends on the app's policy).
+    /// `reconnection`: how long after a restart a client library may take to be back (its
+    /// backoff's longest); what rule 7a owes an app runs from then. Returns how many
+    /// background apps' deadlines moved later: rule 7a across a restart, below.
     @discardableResult
-    public mutating func restore(_ saved: SavedState, at now: Instant, policy: (SavedApp) -> AppPolicy? = { _ in nil },
-                                 effects: inout [Effect]) -> Int {
+    public mutating func restore(_ saved: SavedState, at now: Instant, reconnection: Duration = .zero,
+                                 policy: (SavedApp) -> AppPolicy? = { _ in nil }, effects: inout [Effect]) -> Int {
         precondition(apps.count == 0 && tasks.count == 0, "restore into a model with no apps")
         nextTaskID = max(nextTaskID, saved.nextTaskID, (saved.tasks.keys.max() ?? 0) + 1)
         // Keys of an older daemon that named no uid (units' were shared by every user) are
@@ -277,12 +279,13 @@ extension BackgroundModel {
             record.holdingSince = app.holdingSince
             record.requestKey = app.requestKey
             // Rule 7a across a restart: time in which no daemon ran takes no app's warning. A
-            // background app not warned yet has at least its warning's length left (one whose
-            // warning fell due meanwhile is warned now, and its library, back within a second,
-            // hears it in time to act); one warned has at least the minimum grace (its library
-            // sends the task ends it kept while the daemon was away). Warnings off: as saved.
+            // background app not warned yet has at least its warning's length left once its
+            // library can be back (`reconnection`; one whose warning fell due meanwhile is
+            // warned now, and hears it then); one warned has at least the minimum grace from
+            // then, for the task ends its library kept while the daemon was away. Warnings
+            // off: as saved.
             let lead = settings(record).expirationWarning
-            let least = app.warned ? Self.periodLength(.zero, settings(record)) : lead
+            let least = lead == .zero ? .zero : (app.warned ? Self.periodLength(.zero, settings(record)) : lead) + reconnection
             record.deadline = app.deadline.map { app.state == .background && least > .zero ? max($0, now + least) : $0 }
             if record.deadline != app.deadline { moved += 1 }
             if let key = app.quotaKey, app.holdingSince != nil { quotaHolders[key, default: []].insert(app.identity) }

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 import BGTaskCore
+import BGTaskProtocol
 import BGTaskSystem
 
 /// Restart without loss: the state file is written change by change and read back on start.
@@ -22,7 +23,8 @@ extension Daemon {
         }
         // Policies are not saved: matched again, from the live processes, before the timers
         // are armed (a policy's ExpirationWarningSec sets the warning's instant).
-        let moved = model.restore(saved, at: now, policy: { [policies] app in
+        // Both client libraries are back within their backoff's longest step after a restart.
+        let moved = model.restore(saved, at: now, reconnection: .nanoseconds(ClientRules.reconnectMaximum), policy: { [policies] app in
             policies.policies.isEmpty ? nil : policies.policy(for: self.facts(pid: app.identity.pid, uid: app.uid, unit: app.unit))
         }, effects: &effects)
         rematchPolicies()
@@ -87,7 +89,7 @@ extension Daemon {
             let counts = model.stateCounts
             log(.info, "Restored \(model.appCount) apps (\(counts[.suspended, default: 0]) suspended) and "
                 + "\(model.taskCount) tasks from \(stateFile.path)"
-                + (moved == 0 ? "" : "; the deadlines of \(moved) background app(s) moved later: their warning (or the minimum grace, warned) from now, as it fell due while no daemon ran"))
+                + (moved == 0 ? "" : "; the deadlines of \(moved) background app(s) moved later: their warning (or the minimum grace, warned) from when their library can be back, as it fell due while no daemon ran"))
         }
     }
 

@@ -150,7 +150,7 @@ import Varlink
 
     /// Rule 7a across a restart, through the C library: the daemon is killed before the app's
     /// warning (0.5 s into its background time) and started again after its deadline (2.3 s);
-    /// the app is warned at the restart with its whole warning, its handler ends the task,
+    /// the app is warned a second after the restart with its whole warning, its handler ends the task,
     /// and it is suspended (before: terminated at the restart, unwarned).
     @Test(.enabled(if: haveCompiler, "needs cc, pkg-config and make"))
     func theCLibraryIsWarnedByADaemonBackAfterItsDeadline() throws {

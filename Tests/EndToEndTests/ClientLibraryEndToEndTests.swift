@@ -197,8 +197,9 @@ import Varlink
 
     /// Rule 7a across a restart: the daemon is killed before a background app's warning and
     /// started again after its deadline (2.3 s later, within the library's 3 s wait). The app is
-    /// warned at the restart with its whole warning (1.5 s) from then; the library, back, runs
-    /// the handler, which ends the task, and the app is suspended, not terminated. (Before:
+    /// warned a second after the restart (when its library is back at the latest) with its
+    /// whole warning (1.5 s) from then; the library runs the handler, which ends the task, and
+    /// the app is suspended, not terminated. (Before:
     /// the restarted daemon terminated it at once, unwarned.) Also for uid 65534's app.
     @Test(arguments: getuid() == 0 ? [false, true] : [false])
     func anAppWhoseWarningFellDueWhileNoDaemonRanIsWarnedOnceItIsBack(asNobody: Bool) throws {
