@@ -19,11 +19,21 @@ extension StateFile {
     }
 
     /// A command name as the daemon writes them: at most 64 bytes, escaped (no control
-    /// characters). Anything else is escaped again rather than printed raw.
+    /// characters). Anything else is escaped again rather than printed raw, and cut to the
+    /// same 64 bytes: what is written back reads back the same (the `state` fuzz target
+    /// found a command escaped past 64 bytes, kept once, refused at the next start).
     static func command(_ value: JSON?) throws -> String {
         let text = try string(value)
         guard text.utf8.count <= 64 else { throw Malformed(description: "command name too long") }
-        return text.containsControlCharacters ? text.cEscaped : text
+        guard text.containsControlCharacters else { return text }
+        var escaped = String.UnicodeScalarView()
+        var bytes = 0
+        for scalar in text.cEscaped.unicodeScalars {
+            bytes += UTF8.width(scalar)
+            guard bytes <= 64 else { break }
+            escaped.append(scalar)
+        }
+        return String(escaped)
     }
 
     /// A unit's cgroup path, checked as when it was found: the file is trusted no further.

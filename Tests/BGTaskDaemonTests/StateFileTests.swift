@@ -165,4 +165,14 @@ import Testing
         #expect(book?.requests.first?.interval == .seconds(TaskRequest.maximumSeconds))
         #expect(StateFile.encode(book, key: key)["requests"]?.arrayValue?.first?["interval"]?.intValue == bound)
     }
+
+    /// A command with control characters (the daemon writes none) is escaped again, within
+    /// the 64 bytes a command may have: written back, it reads back the same. (Escaped whole,
+    /// 64 tabs became 128 bytes, kept at this start and refused — the app with it — at the next.)
+    @Test(arguments: [String(repeating: "\t", count: 64), "a\u{1}b", String(repeating: "é\u{7}", count: 21)])
+    func aCommandWithControlCharactersReadsBackTheSameOnceWritten(_ command: String) throws {
+        let read = try StateFile.command(.string(command))
+        #expect(read.utf8.count <= 64 && !read.containsControlCharacters)
+        #expect(try StateFile.command(.string(read)) == read)
+    }
 }
