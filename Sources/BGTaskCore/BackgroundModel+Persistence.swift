@@ -248,7 +248,8 @@ extension BackgroundModel {
     /// Takes over the state a previous daemon saved, into a model with no apps. Every
     /// process in it is watched again (the daemon reports those that died meanwhile as
     /// exited), timers are armed at their saved instants (`advance(to:)` then fires those
-    /// that passed while no daemon ran, in order), and what a restart necessarily ends,
+    /// that passed while no daemon ran, in order) but for a background app's warning and
+    /// deadline (rule 7a, below), and what a restart necessarily ends,
     /// ends: tasks bound to a connection, and transitions whose subscriber was connected.
     /// `policy` gives each app its policy before its timers are armed (policies are not saved:
     /// they are matched again, and a warning instant depends on the app's policy).
@@ -281,11 +282,12 @@ extension BackgroundModel {
             // Rule 7a across a restart: time in which no daemon ran takes no app's warning. A
             // background app not warned yet has at least its warning's length left once its
             // library can be back (`reconnection`; one whose warning fell due meanwhile is
-            // warned now, and hears it then); one warned has at least the minimum grace from
-            // then, for the task ends its library kept while the daemon was away. Warnings
-            // off: as saved.
-            let lead = settings(record).expirationWarning
-            let least = lead == .zero ? .zero : (app.warned ? Self.periodLength(.zero, settings(record)) : lead) + reconnection
+            // warned then, its warning timer at `deadline − lead`); one warned has at least the
+            // minimum grace from then, for the task ends its library kept while the daemon was
+            // away. Warnings off: as saved.
+            let settings = settings(record)
+            let lead = settings.expirationWarning
+            let least = lead == .zero ? .zero : (app.warned ? Self.periodLength(.zero, settings) : lead) + reconnection
             record.deadline = app.deadline.map { app.state == .background && least > .zero ? max($0, now + least) : $0 }
             if record.deadline != app.deadline { moved += 1 }
             if let key = app.quotaKey, app.holdingSince != nil { quotaHolders[key, default: []].insert(app.identity) }
