@@ -227,6 +227,34 @@ extension BackgroundModel {
         suspendIfIdle(app, at: now, effects: &effects)
     }
 
+    /// Rule 7a when the daemon is late: a warning due at `due` goes out at `now`, and a loop
+    /// held up past an app's warning and its deadline (stopped, starved of CPU) would send it
+    /// with the kill in one pass. The app is warned now, with the time truly left; when that
+    /// is less than half the shortest period (a pass's usual lateness, a millisecond or so,
+    /// never is), its deadline moves to the whole shortest period after the warning, as for
+    /// one warned at once as its period begins.
+    mutating func warnLate(_ app: ProcessIdentity, dueAt due: Instant, now: Instant, effects: inout [Effect]) {
+        // (One look in the usual case: the shortest period is at most `minimumGrace`.)
+        if let deadline = apps.peek(app, { $0.state == .background ? $0.deadline : nil }) ?? nil,
+           deadline - now < Self.minimumGrace / 2, var record = apps[app] {
+            let least = Self.periodLength(.zero, settings(record))
+            if deadline - now < least / 2 {
+                record.deadline = now + least
+                apps[app] = record
+                timers.insert(.deadline(app, epoch: record.epoch), at: now + least)
+                let text = String(capacity: 192) { text in  // two spans of at most 40 bytes
+                    text.append("warned ")
+                    text.append(timeSpan: now - due)
+                    text.append(" late (the daemon was held up): its deadline moved to ")
+                    text.append(timeSpan: least)
+                    text.append(" after the warning")
+                }
+                effects.append(.log(.app(.taskWarned, .warning, app, uid: record.uid, command: record.command, text)))
+            }
+        }
+        warn(app, at: now, effects: &effects)
+    }
+
     /// Rule 7: background time ran out.
     mutating func deadlinePassed(_ app: ProcessIdentity, at now: Instant, effects: inout [Effect]) {
         guard let record = apps[app], record.state == .background else { return }
@@ -382,7 +410,7 @@ extension BackgroundModel {
             switch entry.kind {
             case let .deadline(app, epoch):
                 let facing = apps.peek(app) { record in
-                    record.epoch == epoch && record.state == .background
+                    record.epoch == epoch && record.deadline == entry.instant && record.state == .background
                         && record.taskIDs.contains(where: { tasks[$0]?.state.isAssertion == true })
                 }
                 if facing == true { result.append(app) }
@@ -419,9 +447,12 @@ extension BackgroundModel {
             case let .transitionTimeout(app, epoch):
                 if apps[app]?.epoch == epoch { transitionTimedOut(app, at: at, effects: &effects) }
             case let .warning(app, epoch):
-                if apps[app]?.epoch == epoch { warn(app, at: at, effects: &effects) }
+                if apps[app]?.epoch == epoch { warnLate(app, dueAt: at, now: now, effects: &effects) }
             case let .deadline(app, epoch):
-                if apps[app]?.epoch == epoch { deadlinePassed(app, at: at, effects: &effects) }
+                // (A deadline a late warning moved fires at its new instant.)
+                if apps.peek(app, { $0.epoch == epoch && $0.deadline == at }) == true {
+                    deadlinePassed(app, at: at, effects: &effects)
+                }
             case let .kill(process):
                 // (An entry before the termination's `killAt`: its grace began again at the signal.)
                 guard let termination = terminating[process], termination.killAt <= at else { continue }

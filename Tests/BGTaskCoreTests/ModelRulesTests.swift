@@ -262,6 +262,7 @@ import Testing
         let id = try h.begin(app, "upload")
         h.at(0.05)
         try h.background(app)  // deadline 30.05
+        h.at(25.05)  // warned
         h.at(30.049)
         #expect(h.state(app) == .background)
         _ = h.take()
@@ -282,6 +283,80 @@ import Testing
         #expect(h.take().isEmpty)
         h.at(30.05 + BackgroundModel.terminationStopBound.seconds)
         #expect(h.take() == [.kill(app, uid: 1000), .unwatch(app)])
+    }
+
+    /// Rule 7a when the daemon is late: a loop stalled past an app's warning and its deadline
+    /// (the daemon stopped, starved of CPU) fires both timers in one pass. The warning goes
+    /// out with the time truly left, at least the minimum grace (1 s here), and the deadline
+    /// moves there: the app that ends its task in it is suspended, the one that does not is
+    /// terminated at its end. Warned in time, or with warnings off, nothing moves: the stall
+    /// took nothing the app was owed.
+    @Test(arguments: [false, true]) func aWarningSentLateLeavesTheMinimumGraceBeforeTheDeadline(endsItsTask: Bool) throws {
+        var h = ModelHarness()
+        let app = try h.app()
+        let id = try h.begin(app)
+        h.at(0.05)
+        try h.background(app)  // warning 25.05, deadline 30.05
+        _ = h.take()
+        h.at(60)  // the first pass after a stall
+        let warned = h.take()
+        #expect(warned.lifecycle == [.taskExpiring([id], backgroundTimeRemaining: .seconds(1))])
+        #expect(warned.actions.isEmpty)
+        let logs = warned.compactMap { if case let .log(entry) = $0, entry.priority == .warning { entry.message } else { nil } }
+        #expect(logs.contains { $0.contains("warned 34s 950ms late") }, "\(logs)")
+        #expect(h.model.backgroundTimeRemaining(of: app, at: h.now) == .seconds(1))
+        if endsItsTask {
+            h.at(60.999)
+            try h.end(id, in: app)
+            #expect(h.take().actions.map(\.1) == [.tasksEnded])
+            #expect(h.state(app) == .suspended)
+            h.at(61)
+            #expect(h.take().actions.isEmpty)
+        } else {
+            h.at(60.999)
+            #expect(h.take().actions.isEmpty)
+            h.at(61)
+            #expect(h.take().actions.map(\.1) == [.assertionsBeyondPermittedTime])
+        }
+    }
+
+    @Test(arguments: [false, true]) func aStallAfterAnOnTimeWarningOrWithWarningsOffMovesNoDeadline(warningsOff: Bool) throws {
+        var h = ModelHarness { if warningsOff { $0.expirationWarning = .zero } }
+        let app = try h.app()
+        _ = try h.begin(app)
+        h.at(0.05)
+        try h.background(app)
+        if !warningsOff { h.at(25.05) }  // warned on time, 5 s left
+        _ = h.take()
+        h.at(60)
+        #expect(h.take().actions.map(\.1) == [.assertionsBeyondPermittedTime])
+        // Late but with more than the grace left: told the time truly left, nothing moved.
+        var late = ModelHarness()
+        let other = try late.app()
+        let task = try late.begin(other)
+        late.at(0.05)
+        try late.background(other)
+        _ = late.take()
+        late.at(27.05)
+        #expect(late.take().lifecycle == [.taskExpiring([task], backgroundTimeRemaining: .seconds(3))])
+        late.at(30.05)
+        #expect(late.take().actions.map(\.1) == [.assertionsBeyondPermittedTime])
+        // A 1 s warning: half of it left is no stall (a pass's lateness never moves a
+        // deadline); less is, and the whole second follows.
+        for (sent, deadline) in [(29.55, 30.05), (29.56, 30.56)] {
+            var short = ModelHarness { $0.expirationWarning = .seconds(1) }
+            let app = try short.app()
+            let task = try short.begin(app)
+            short.at(0.05)
+            try short.background(app)
+            _ = short.take()
+            short.at(sent)
+            #expect(short.take().lifecycle == [.taskExpiring([task], backgroundTimeRemaining: .seconds(deadline - sent))])
+            short.at(deadline - 0.001)
+            #expect(short.take().actions.isEmpty)
+            short.at(deadline)
+            #expect(short.take().actions.map(\.1) == [.assertionsBeyondPermittedTime])
+        }
     }
 
     // Rule 8

@@ -165,6 +165,7 @@ import Testing
         harness.at(0.05)
         try harness.background(app)
         #expect(harness.model.backgroundTimeRemaining(of: app, at: harness.now) == .seconds(3))
+        harness.at(0.05)  // warned at once: 3 s is less than the 5 s warning
         harness.at(3.05)  // its deadline, not the daemon's 30 s
         #expect(harness.take().actions.map(\.1) == [.assertionsBeyondPermittedTime])
     }
@@ -249,6 +250,7 @@ import Testing
         var harness = Self.harness()
         let app = try self.heldInTheBackground(&harness)
         #expect(harness.model.backgroundTimeRemaining(of: app, at: harness.now) == .seconds(10))  // not the 30 s budget
+        harness.at(10)  // warned
         harness.at(11)  // held to the quota's deadline: terminated
         #expect(harness.take().actions.map(\.1) == [.assertionsBeyondPermittedTime])
         // Relaunched: a new process of the same app key has nothing left.
@@ -269,6 +271,7 @@ import Testing
     @Test(arguments: [0.0, 0.01]) mutating func withLittleOrNoQuotaLeftTheWarningComesAndThenTheGrace(left: Double) throws {
         var harness = Self.harness()
         var app = try self.heldInTheBackground(&harness)
+        harness.at(10)  // warned
         if left == 0 {
             harness.at(11)  // used up, terminated: relaunched, with a task begun in the foreground
             app = try self.app(&harness, pid: 200)

@@ -26,6 +26,7 @@ import Testing
         _ = try u.begin(userApp)
         u.at(0.1)
         try u.background(userApp)
+        u.at(25.1)  // warned
         u.at(40)  // the task is held past the deadline: terminated, its task expired
         let events = u.take()
         #expect(events.contains { if case .lifecycle(_, 1000, .taskExpired) = $0 { true } else { false } })

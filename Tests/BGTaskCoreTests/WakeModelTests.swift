@@ -57,6 +57,7 @@ import Testing
         let busy = try Self.suspended(&harness)
         _ = try harness.model.wake(busy, reason: "fetch", payload: nil, at: harness.now, effects: &harness.effects)
         _ = try harness.begin(busy)
+        harness.at(10)  // warned
         harness.at(10.9)
         _ = harness.take()
         harness.at(11)  // neither called FinishWake

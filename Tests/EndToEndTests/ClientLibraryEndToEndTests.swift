@@ -228,6 +228,39 @@ import Varlink
         try daemon.setState(app.pid, "foreground")
     }
 
+    /// Rule 7a when the daemon is held up: stopped (`SIGSTOP`) before an app's warning and
+    /// continued after its deadline, the daemon's first pass would have sent the warning and
+    /// the kill together. Now the warning goes out with a second left, the library runs the
+    /// handler, which ends the task, and the app is suspended, not terminated. (Before: the
+    /// app was killed with its warning.) Also for uid 65534's app.
+    @Test(arguments: getuid() == 0 ? [false, true] : [false])
+    func anAppWhoseWarningAndDeadlinePassedWhileTheDaemonWasStoppedIsWarnedFirst(asNobody: Bool) throws {
+        let daemon = try TestDaemon(["BackgroundTimeSec=2s", "ExpirationWarningSec=1500ms", "GrantLatencyMinSec=0", "GrantLatencyMaxSec=0"])
+        let app = try asNobody
+            ? Probe(process: try Spawned("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups",
+                                                              Binaries.path("bgtask-libprobe"), "--socket", daemon.socketPath]))
+            : self.app(daemon)
+        let id = try begin(app, "begin held")
+        try granted(daemon, id)
+        try daemon.setState(app.pid, "background")
+        let backgrounded = Clock.monotonicNanoseconds()
+        // Its delegate returned (the transition finished): the task's end is what suspends it.
+        try waitUntil("the transition finished") { try daemon.app(app.pid)?["phase"] == "running" }
+        try daemon.process.signal(SIGSTOP)
+        #expect(Clock.monotonicNanoseconds() - backgrounded < 400_000_000, "the daemon ran to the app's warning")
+        waitForInstant(backgrounded + 2_300_000_000)  // past the deadline
+        try daemon.process.signal(SIGCONT)
+        let warned = try app.next(timeout: 5) { $0["expired"] != nil }
+        #expect(warned["expired"]?.intValue == id && warned["reason"] == "expiring", "\(warned)")
+        try waitUntil("the app suspended once its handler ended the task") { processState(app.pid) == "T" }
+        let last = try #require(try daemon.history().last)
+        #expect(last["pid"]?.intValue == Int64(app.pid) && last["action"] == "suspended" && last["reason"] == "tasksEnded")
+        #expect(!app.process.hasExited)
+        let log = String(decoding: try readFile(daemon.logPath), as: UTF8.self)
+        #expect(log.contains(" late (the daemon was held up): its deadline moved to 1s after the warning"))
+        try daemon.setState(app.pid, "foreground")
+    }
+
     /// An ended task wakes the library's event thread only if the transition (or a wake)
     /// waits for it (`ClientState.endingSettles`). What the kernel counts for that thread over
     /// 300 Begin+End pairs in the foreground: its `read(2)`s (`syscr` in its `io`; the
