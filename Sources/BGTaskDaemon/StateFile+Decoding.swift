@@ -145,6 +145,17 @@ extension StateFile {
             .withRequests(key: value["requestKey"] == nil ? nil : try key(value["requestKey"]))
     }
 
+    /// What can be read of an app line refused as a whole, as a foreground app: its process
+    /// and uid (checked against the live process at restore, as every app's), and what else
+    /// reads; `nil` when not even those do.
+    static func foregroundApp(_ value: JSON) -> SavedApp? {
+        guard let identity = try? identity(value), let uid = try? uid(value["uid"]) else { return nil }
+        return SavedApp(identity: identity, uid: uid, command: (try? command(value["command"])) ?? "?",
+                        unit: (try? optionalUnit(value["unit"])) ?? nil,
+                        containment: (try? Self.value(Containment.self, value["containment"])) ?? .tree,
+                        state: .foreground, phase: nil, deadline: nil, transitionDeadline: nil, warned: false)
+    }
+
     /// An app key (quota, requests): bounded, free of control characters.
     static func key(_ value: JSON?) throws -> String {
         let key = try string(value)

@@ -107,7 +107,17 @@ final class StateFile {
             throw Malformed(description: "not a one-key object")
         }
         switch kind {
-        case "app": loaded.state.apply(.app(try Self.app(value)))
+        case "app":
+            do {
+                loaded.state.apply(.app(try Self.app(value)))
+            } catch {
+                // Dropped, its process would stay as the last daemon left it — stopped, frozen
+                // — with nobody to resume it: kept in the foreground, where it runs free (the
+                // restore resumes it), if at least whose process it is can be read.
+                guard let kept = Self.foregroundApp(value) else { throw error }
+                loaded.state.apply(.app(kept))
+                throw Malformed(description: "\(error); app pid \(kept.identity.pid) kept, in the foreground")
+            }
         case "terminating":
             loaded.state.apply(.terminating(try Self.identity(value), try Self.termination(value)))
         case "gone": loaded.state.apply(.gone(try Self.identity(value)))

@@ -176,3 +176,38 @@ import Testing
         #expect(try StateFile.command(.string(read)) == read)
     }
 }
+
+extension StateFileTests {
+    /// An app line refused as a whole (a state this daemon does not know, a bad deadline)
+    /// keeps its app, in the foreground, when whose process it is reads: dropped, a process
+    /// the last daemon stopped stayed stopped with nobody to resume it. One whose process or
+    /// uid does not read is dropped, as before; a good line is read whole.
+    @Test func anAppLineRefusedKeepsItsAppInTheForegroundIfItsProcessReads() throws {
+        func load(_ app: String) -> StateFile.Loaded {
+            var loaded = StateFile.Loaded()
+            do {
+                try StateFile.apply(try JSON.parse(#"{"app": "# + app + "}"), to: &loaded)
+            } catch {
+                loaded.problems.append("\(error)")
+            }
+            return loaded
+        }
+        let process = #""pid": 4242, "start": 77, "ino": 9, "uid": 1000"#
+        for bad in [#""command": "app", "state": "hibernating""#, #""command": "app", "state": "suspended", "deadline": "soon""#,
+                    #""state": "suspended", "containment": "tracked", "unit": "/a/../b""#] {
+            let loaded = load("{" + process + ", " + bad + "}")
+            let app = try #require(loaded.state.apps.values.first, "\(bad)")
+            #expect(app.identity == ProcessIdentity(pid: 4242, startTime: 77, inode: 9) && app.uid == 1000)
+            #expect(app.state == .foreground && app.deadline == nil && app.unit == nil)
+            #expect(app.command == (bad.contains("app") ? "app" : "?"))
+            #expect(app.containment == (bad.contains("tracked") ? .tracked : .tree))
+            #expect(loaded.problems.count == 1 && loaded.problems[0].hasSuffix("app pid 4242 kept, in the foreground"), "\(loaded.problems)")
+        }
+        for unread in [#"{"pid": 1, "start": 77, "uid": 1000, "state": "x"}"#, #"{"pid": 4242, "start": 77, "state": "x"}"#] {
+            let loaded = load(unread)
+            #expect(loaded.state.apps.isEmpty && loaded.problems.count == 1 && !loaded.problems[0].contains("kept"))
+        }
+        let good = load("{" + process + #", "command": "app", "state": "suspended"}"#)
+        #expect(good.state.apps.values.first?.state == .suspended && good.problems.isEmpty)
+    }
+}

@@ -596,6 +596,38 @@ import Varlink
         #expect(restarted.logged { $0.contains("Removed \(stale), a socket left by a bgtaskd killed while it was starting") })
     }
 
+    /// An app whose lines in the state file cannot be read back (a state this daemon does not
+    /// know: a newer daemon's file, a corrupt one) is kept in the foreground, its process
+    /// continued: dropped, the process the last daemon stopped stayed stopped, with nobody to
+    /// resume it.
+    @Test func anAppWhoseLinesCannotBeReadBackIsKeptInTheForegroundAndContinued() throws {
+        let first = try TestDaemon()
+        let probe = try first.probe()
+        try first.setState(probe.pid, "background")  // no task: suspended at once
+        try waitUntil("pid \(probe.pid) stopped") { processState(probe.pid) == "T" }
+        try first.crash()
+        let bytes = try readFile(first.statePath, limit: 64 << 20)
+        let text = String(decoding: bytes[..<(bytes.firstIndex(of: 0) ?? bytes.count)], as: UTF8.self)
+        var edited = 0
+        let lines = text.split(separator: "\n", omittingEmptySubsequences: false).map { line in
+            guard line.hasPrefix(#"{"app":"#), line.contains(#""pid":\#(probe.pid),"#), line.contains(#""suspended""#) else {
+                return String(line)
+            }
+            edited += 1
+            return String(line).replacing(#""suspended""#, with: #""hibernating""#)
+        }
+        #expect(edited > 0, "no app line of pid \(probe.pid) in \(text)")
+        let file = try FileDescriptor(systemCall("open") { open(first.statePath, O_WRONLY | O_TRUNC) })
+        try file.writeAll(Array(lines.joined(separator: "\n").utf8))
+        let daemon = try first.restart()
+        try waitUntil("pid \(probe.pid) continued") { processState(probe.pid) != "T" }
+        #expect(try daemon.app(probe.pid)?["state"] == "foreground")
+        #expect(daemon.logged { $0.contains("unknown AppState 'hibernating'; app pid \(probe.pid) kept, in the foreground") })
+        try daemon.setState(probe.pid, "background")  // and it is the daemon's again
+        try waitUntil("pid \(probe.pid) stopped again") { processState(probe.pid) == "T" }
+        try daemon.setState(probe.pid, "foreground")
+    }
+
     @Test func aSecondDaemonOnTheSameStateIsRefusedAndABadFileIsSetAside() throws {
         let daemon = try TestDaemon()
         let second = try Spawned(Binaries.path("bgtaskd"), ["--socket", daemon.directory + "/other"],
