@@ -266,10 +266,29 @@ extension BackgroundModel {
         }
     }
 
-    /// Rule 3: the transition was not reported finished in time.
-    mutating func transitionTimedOut(_ app: ProcessIdentity, at now: Instant, effects: inout [Effect]) {
-        guard let record = apps[app], record.state == .background, record.phase == .transition else { return }
-        terminateNow(app, reason: .transitionTimeout, at: now, effects: &effects)
+    /// Rule 3: the transition was not reported finished in time. Unless the daemon was held
+    /// up past its end by half its length or more (its length up to a second, the minimum
+    /// grace): a delegate that calls the daemon as it runs (`beginBackgroundTask` in
+    /// `applicationDidEnterBackground`, iOS's way) waited for the answer all that time, and
+    /// reports its end only once it has it. Its end moves to that length after now.
+    mutating func transitionTimedOut(_ app: ProcessIdentity, dueAt due: Instant, now: Instant, effects: inout [Effect]) {
+        guard var record = apps[app], record.state == .background, record.phase == .transition else { return }
+        let length = min(Self.minimumGrace, settings(record).transitionTimeout)
+        guard now - due < length / 2 || length == .zero else {
+            record.transitionDeadline = now + length
+            apps[app] = record
+            timers.insert(.transitionTimeout(app, epoch: record.epoch), at: now + length)
+            let text = String(capacity: 192) { text in  // two spans of at most 40 bytes
+                text.append("is given ")
+                text.append(timeSpan: length)
+                text.append(" more to finish its background transition: its end came ")
+                text.append(timeSpan: now - due)
+                text.append(" late (the daemon was held up)")
+            }
+            effects.append(.log(.app(.appBackgrounded, .warning, app, uid: record.uid, command: record.command, text)))
+            return
+        }
+        terminateNow(app, reason: .transitionTimeout, at: due, effects: &effects)
     }
 
     mutating func suspend(_ app: ProcessIdentity, reason: ActionReason, at now: Instant, effects: inout [Effect]) {
@@ -415,7 +434,9 @@ extension BackgroundModel {
                 }
                 if facing == true { result.append(app) }
             case let .transitionTimeout(app, epoch):
-                if apps.peek(app, { $0.epoch == epoch && $0.phase == .transition }) == true { result.append(app) }
+                if apps.peek(app, { $0.epoch == epoch && $0.transitionDeadline == entry.instant && $0.phase == .transition }) == true {
+                    result.append(app)
+                }
             case .grant, .warning, .kill, .wait, .requests:
                 continue
             }
@@ -445,7 +466,10 @@ extension BackgroundModel {
             switch entry.kind {
             case let .grant(id): grant(id, at: at, effects: &effects)
             case let .transitionTimeout(app, epoch):
-                if apps[app]?.epoch == epoch { transitionTimedOut(app, at: at, effects: &effects) }
+                // (A transition's end a late pass moved fires at its new instant.)
+                if apps.peek(app, { $0.epoch == epoch && $0.transitionDeadline == at }) == true {
+                    transitionTimedOut(app, dueAt: at, now: now, effects: &effects)
+                }
             case let .warning(app, epoch):
                 if apps[app]?.epoch == epoch { warnLate(app, dueAt: at, now: now, effects: &effects) }
             case let .deadline(app, epoch):

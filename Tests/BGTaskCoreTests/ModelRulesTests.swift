@@ -134,6 +134,42 @@ import Testing
         #expect(h.state(app) == nil)
     }
 
+    /// Rule 3 when the daemon is held up past a transition's end by half a second (half the
+    /// minimum grace) or more: the delegate may have waited all that time for an answer to a
+    /// call (`beginBackgroundTask` in `applicationDidEnterBackground`), so the transition has
+    /// a second more, from the late pass; a pass late by less is no stall: terminated.
+    @Test(arguments: [false, true]) func aTransitionsEndFoundLateGivesTheDelegateASecondMore(finishes: Bool) throws {
+        var h = ModelHarness()
+        let app = try h.app(subscribed: true)
+        h.at(10)
+        try h.background(app)  // the transition ends at 15
+        _ = h.take()
+        h.at(15.6)
+        let late = h.take()
+        #expect(late.actions.isEmpty && h.phase(app) == .transition)
+        let logs = late.compactMap { if case let .log(entry) = $0, entry.priority == .warning { entry.message } else { nil } }
+        #expect(logs == ["App pid 100 (app100) is given 1s more to finish its background transition: its end came 600ms late (the daemon was held up)"])
+        h.at(16.599)
+        #expect(h.take().actions.isEmpty)
+        if finishes {
+            h.finishTransition(app)
+            #expect(h.phase(app) == .running || h.state(app) == .suspended)
+            h.at(16.6)
+            #expect(h.take().actions.allSatisfy { $0.1 != .transitionTimeout })
+            #expect(h.state(app) != nil)
+        } else {
+            h.at(16.6)
+            #expect(h.take().actions.map(\.1) == [.transitionTimeout])
+        }
+
+        var onTime = ModelHarness()
+        let other = try onTime.app(subscribed: true)
+        onTime.at(10)
+        try onTime.background(other)
+        onTime.at(15.499)
+        #expect(onTime.take().actions.map(\.1) == [.transitionTimeout])
+    }
+
     @Test func appWithoutSubscriberReturnsAtOnce() throws {
         var h = ModelHarness()
         let app = try h.app()

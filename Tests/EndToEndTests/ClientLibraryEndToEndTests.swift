@@ -261,6 +261,30 @@ import Varlink
         try daemon.setState(app.pid, "foreground")
     }
 
+    /// Rule 3 when the daemon is held up: the delegate begins a task in
+    /// `applicationDidEnterBackground` (iOS's way) and waits for the answer; the daemon,
+    /// stopped just after the background began, is continued a second past the transition's
+    /// end. It answers, and the transition has a second more: the delegate returns, the
+    /// library reports the transition, the app runs on with its task. (Before: terminated,
+    /// `transitionTimeout`, its task never begun.)
+    @Test func aDelegateWaitingOnAStoppedDaemonFinishesItsTransitionOnceItIsContinued() throws {
+        let daemon = try TestDaemon(["TransitionTimeoutSec=2s", "GrantLatencyMinSec=0", "GrantLatencyMaxSec=0"])
+        let app = try self.app(daemon)
+        try app.send("on-background save")
+        _ = try app.next { $0["onBackground"] != nil }
+        try daemon.setState(app.pid, "background")
+        let backgrounded = Clock.monotonicNanoseconds()
+        try daemon.process.signal(SIGSTOP)
+        #expect(Clock.monotonicNanoseconds() - backgrounded < 1_000_000_000, "the daemon ran to the transition's end")
+        waitForInstant(backgrounded + 3_000_000_000)
+        try daemon.process.signal(SIGCONT)
+        try waitUntil("the transition finished") { try daemon.app(app.pid)?["phase"] == "running" }
+        #expect(try daemon.tasks(app.pid).map { $0["name"] } == ["save"])
+        #expect(try daemon.history().isEmpty && !app.process.hasExited)
+        #expect(daemon.logged { $0.contains("is given 1s more to finish its background transition") })
+        try daemon.setState(app.pid, "foreground")
+    }
+
     /// An ended task wakes the library's event thread only if the transition (or a wake)
     /// waits for it (`ClientState.endingSettles`). What the kernel counts for that thread over
     /// 300 Begin+End pairs in the foreground: its `read(2)`s (`syscr` in its `io`; the
