@@ -58,19 +58,26 @@ final class StateFile {
         var number = 0
         var header: JSON?
         var rejected = false
+        // Of a file of this boot in another format (another version's), only the apps whose
+        // process reads, in the foreground: what it stopped is resumed, not left so.
+        var released = SavedState()
         do {
             loaded.found = try directory.readLines(Self.fileName, maximumLineBytes: Self.maximumLineBytes,
                                                    maximumBytes: Self.maximumBytes) { line in
                 number += 1
-                guard !rejected else { return }
                 switch line {
                 case .tooLong where number == 1:
                     rejected = true
                 case .tooLong:
-                    loaded.problems.append("\(path) line \(number) ignored: longer than \(Self.maximumLineBytes) bytes")
+                    if !rejected { loaded.problems.append("\(path) line \(number) ignored: longer than \(Self.maximumLineBytes) bytes") }
                 case let .text(bytes) where number == 1:
                     header = try? JSON.parse(bytes)
                     rejected = header?["format"]?.intValue != Int64(Self.format)
+                case let .text(bytes) where rejected:
+                    guard header?["boot"]?.stringValue == Self.bootID, case let .object(fields)? = try? JSON.parse(bytes),
+                          fields.count == 1 else { return }
+                    if let app = fields["app"].flatMap(Self.foregroundApp) { released.apply(.app(app)) }
+                    if let gone = try? Self.identity(fields["gone"]) { released.apply(.gone(gone)) }
                 case let .text(bytes):
                     do {
                         try Self.apply(JSON.parse(bytes), to: &loaded)
@@ -88,7 +95,8 @@ final class StateFile {
         if rejected || header == nil {
             // Kept for whoever wants to look at it; never read again.
             directory.rename(Self.fileName, to: Self.fileName + ".unreadable")
-            return Loaded(problems: ["\(path) is not a bgtaskd state file of format \(Self.format); moved to \(path).unreadable, starting afresh"],
+            let kept = released.apps.isEmpty ? "" : "; \(released.apps.count) of its apps kept, in the foreground"
+            return Loaded(state: released, problems: ["\(path) is not a bgtaskd state file of format \(Self.format); moved to \(path).unreadable, starting afresh\(kept)"],
                           found: true)
         }
         guard header?["boot"]?.stringValue == Self.bootID else {

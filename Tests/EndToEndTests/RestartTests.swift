@@ -599,8 +599,8 @@ import Varlink
     /// An app whose lines in the state file cannot be read back (a state this daemon does not
     /// know: a newer daemon's file, a corrupt one) is kept in the foreground, its process
     /// continued: dropped, the process the last daemon stopped stayed stopped, with nobody to
-    /// resume it.
-    @Test func anAppWhoseLinesCannotBeReadBackIsKeptInTheForegroundAndContinued() throws {
+    /// resume it. So is one of a file of this boot in another format, refused whole.
+    @Test(arguments: [false, true]) func anAppWhoseLinesCannotBeReadBackIsKeptInTheForegroundAndContinued(wholeFile: Bool) throws {
         let first = try TestDaemon()
         let probe = try first.probe()
         try first.setState(probe.pid, "background")  // no task: suspended at once
@@ -610,7 +610,11 @@ import Varlink
         let text = String(decoding: bytes[..<(bytes.firstIndex(of: 0) ?? bytes.count)], as: UTF8.self)
         var edited = 0
         let lines = text.split(separator: "\n", omittingEmptySubsequences: false).map { line in
-            guard line.hasPrefix(#"{"app":"#), line.contains(#""pid":\#(probe.pid),"#), line.contains(#""suspended""#) else {
+            if wholeFile, line.hasPrefix(#"{"#), line.contains(#""format":1"#) {  // the header
+                edited += 1
+                return String(line).replacing(#""format":1"#, with: #""format":2"#)
+            }
+            guard !wholeFile, line.hasPrefix(#"{"app":"#), line.contains(#""pid":\#(probe.pid),"#), line.contains(#""suspended""#) else {
                 return String(line)
             }
             edited += 1
@@ -622,7 +626,11 @@ import Varlink
         let daemon = try first.restart()
         try waitUntil("pid \(probe.pid) continued") { processState(probe.pid) != "T" }
         #expect(try daemon.app(probe.pid)?["state"] == "foreground")
-        #expect(daemon.logged { $0.contains("unknown AppState 'hibernating'; app pid \(probe.pid) kept, in the foreground") })
+        #expect(daemon.logged {
+            $0.contains(wholeFile ? "starting afresh; 1 of its apps kept, in the foreground"
+                                  : "unknown AppState 'hibernating'; app pid \(probe.pid) kept, in the foreground")
+        })
+        unlink(daemon.statePath + ".unreadable")
         try daemon.setState(probe.pid, "background")  // and it is the daemon's again
         try waitUntil("pid \(probe.pid) stopped again") { processState(probe.pid) == "T" }
         try daemon.setState(probe.pid, "foreground")
