@@ -471,7 +471,7 @@ extension BackgroundModel {
                     transitionTimedOut(app, dueAt: at, now: now, effects: &effects)
                 }
             case let .warning(app, epoch):
-                if apps[app]?.epoch == epoch { warnLate(app, dueAt: at, now: now, effects: &effects) }
+                if apps.peek(app, { $0.epoch == epoch }) == true { warnLate(app, dueAt: at, now: now, effects: &effects) }
             case let .deadline(app, epoch):
                 // (A deadline a late warning moved fires at its new instant.)
                 if apps.peek(app, { $0.epoch == epoch && $0.deadline == at }) == true {

@@ -12,6 +12,13 @@ import Varlink
 
     func app(_ daemon: TestDaemon) throws -> Probe { try Probe(daemon: daemon, binary: "bgtask-libprobe") }
 
+    /// The probe app, run as uid 65534 (`setpriv`) when `asNobody`.
+    func app(_ daemon: TestDaemon, asNobody: Bool) throws -> Probe {
+        guard asNobody else { return try app(daemon) }
+        return try Probe(process: try Spawned("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups",
+                                                                   Binaries.path("bgtask-libprobe"), "--socket", daemon.socketPath]))
+    }
+
     func begin(_ app: Probe, _ command: String) throws -> Int64 {
         try app.send(command)
         return try #require(try app.next { $0["begin"] != nil }["begin"]?.intValue)
@@ -205,11 +212,7 @@ import Varlink
     func anAppWhoseWarningFellDueWhileNoDaemonRanIsWarnedOnceItIsBack(asNobody: Bool) throws {
         let budget = ["BackgroundTimeSec=2s", "ExpirationWarningSec=1500ms", "GrantLatencyMinSec=0", "GrantLatencyMaxSec=0"]
         let first = try TestDaemon(budget)
-        let binary = Binaries.path("bgtask-libprobe")
-        let app = try asNobody
-            ? Probe(process: try Spawned("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups",
-                                                              binary, "--socket", first.socketPath]))
-            : self.app(first)
+        let app = try self.app(first, asNobody: asNobody)
         let id = try begin(app, "begin held")
         try granted(first, id)
         try first.setState(app.pid, "background")
@@ -236,10 +239,7 @@ import Varlink
     @Test(arguments: getuid() == 0 ? [false, true] : [false])
     func anAppWhoseWarningAndDeadlinePassedWhileTheDaemonWasStoppedIsWarnedFirst(asNobody: Bool) throws {
         let daemon = try TestDaemon(["BackgroundTimeSec=2s", "ExpirationWarningSec=1500ms", "GrantLatencyMinSec=0", "GrantLatencyMaxSec=0"])
-        let app = try asNobody
-            ? Probe(process: try Spawned("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups",
-                                                              Binaries.path("bgtask-libprobe"), "--socket", daemon.socketPath]))
-            : self.app(daemon)
+        let app = try self.app(daemon, asNobody: asNobody)
         let id = try begin(app, "begin held")
         try granted(daemon, id)
         try daemon.setState(app.pid, "background")
