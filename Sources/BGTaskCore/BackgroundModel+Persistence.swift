@@ -78,6 +78,10 @@ public struct SavedState: Equatable, Sendable {
     /// Scheduled requests per app key (`BackgroundModel+Requests`).
     public var requests: [String: SavedRequests] = [:]
     public var nextTaskID: TaskID = 1
+    /// How long the machine had slept since it booted when this was saved: the instants of
+    /// scheduled requests and quota records count that sleep (`machineSlept`); `nil` from a
+    /// daemon that did not count it.
+    public var sleep: Duration?
 
     public init() {}
 
@@ -184,7 +188,7 @@ extension BackgroundModel {
     public var nextTaskIdentifier: TaskID { nextTaskID }
 
     /// Whether anything changed since the last `takeChanges()` or `takeQuotaChanges()`.
-    public var hasUnsavedChanges: Bool { mutating get { apps.hasChanges || tasks.hasChanges || !quotaChanged.isEmpty || !requestChanges.isEmpty } }
+    public var hasUnsavedChanges: Bool { mutating get { apps.hasChanges || tasks.hasChanges || !quotaChanged.isEmpty || !requestChanges.isEmpty || sleepChanged } }
 
     /// What changed since the last call: the daemon writes these before it carries out the
     /// effects, so what is on disk is never behind what was done to a process.
@@ -226,6 +230,7 @@ extension BackgroundModel {
         state.quota = quotaUsage
         state.requests = requestBook
         state.nextTaskID = nextTaskID
+        state.sleep = sleepCounted
         return state
     }
 
@@ -261,6 +266,7 @@ extension BackgroundModel {
                                  policy: (SavedApp) -> AppPolicy? = { _ in nil }, effects: inout [Effect]) -> Int {
         precondition(apps.count == 0 && tasks.count == 0, "restore into a model with no apps")
         nextTaskID = max(nextTaskID, saved.nextTaskID, (saved.tasks.keys.max() ?? 0) + 1)
+        sleepCounted = saved.sleep
         // Keys of an older daemon that named no uid (units' were shared by every user) are
         // not kept: users must never share quota.
         for (key, intervals) in saved.quota where Self.quotaOwner(ofKey: key) != nil { setQuotaUsage(key, intervals) }

@@ -89,6 +89,11 @@ extension BackgroundModel {
     mutating func stopHolding(_ app: ProcessIdentity, key: String, since: Instant, at now: Instant) {
         quotaHolders[key]?.remove(app)
         if quotaHolders[key]?.isEmpty == true { quotaHolders[key] = nil }
+        recordHeld(key: key, since: since, at: now)
+    }
+
+    /// Records time a key's app held a task, from `since` to `now`.
+    mutating func recordHeld(key: String, since: Instant, at now: Instant) {
         var intervals = quotaIntervals(key).filter { $0.end > now - configuration.quotaWindow }
         intervals.append(QuotaInterval(start: since, end: now))
         if intervals.count > Self.maximumQuotaIntervals {

@@ -91,6 +91,10 @@ public struct BackgroundModel {
     var requestKeysByUID: [UInt32: Set<String>] = [:]
     var requestTotal = 0
     var requestChanges: Set<String> = []
+    /// How long the machine had slept when last told (`machineSlept`), and whether that
+    /// changed since the state file last heard it.
+    var sleepCounted: Duration?
+    var sleepChanged = false
     /// Tasks in creation order, for the age warning. Its delay is one constant, so the
     /// deadlines come in this order: a queue, not heap entries that would outlive their
     /// tasks by TaskAgeWarningSec. Ended tasks at the front are dropped at once.

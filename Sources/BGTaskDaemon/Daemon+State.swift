@@ -28,9 +28,13 @@ extension Daemon {
             policies.policies.isEmpty ? nil : policies.policy(for: self.facts(pid: app.identity.pid, uid: app.uid, unit: app.unit))
         }, effects: &effects)
         rematchPolicies()
+        // What the machine slept while no daemon ran counts for the requests' dates and the
+        // quota window (a file of a daemon that did not count sleep: counting starts now).
+        noteSleep(at: now)
         _ = model.takeChanges()
         _ = model.takeQuotaChanges()
         _ = model.takeRequestChanges()
+        _ = model.takeSleepChange()
         writeState()
         for case let .watch(process) in effects {
             guard let pidfd = try? Pidfd.open(pid: process.pid), pidfd.startTime == process.startTime,
@@ -104,6 +108,7 @@ extension Daemon {
         stateFile.record(nextTaskID: inPlace { $0.nextTaskIdentifier })
         stateFile.record(quota: model.takeQuotaChanges())
         stateFile.record(requests: model.takeRequestChanges())
+        if let sleep = model.takeSleepChange() { stateFile.record(sleep: sleep) }
         do {
             if !stateFile.isOpen {
                 // This daemon's first file (the whole state): until it exists there is

@@ -83,6 +83,11 @@ public final class Daemon {
     var acceptPausedUntil: Int64?
     var acceptPauseReportedAt = Int64.min / 2
     var timer: EventSource!
+    /// A timer on `CLOCK_BOOTTIME` at the requests' next pass (`armSleepTimer`), and where it
+    /// is armed; how long the machine had slept when the model was last told (`noteSleep`).
+    var sleepTimer: EventSource!
+    var sleepTimerArmedAt: Int64?
+    var sleepCounted: Int64 = 0
 
     var connections: [ConnectionID: Connection] = [:]
     /// Connections with output queued or events to update in this pass (`commit`).
@@ -183,6 +188,8 @@ public final class Daemon {
             self.timerArmedAt = nil
             self.pass { _ in self.giveTurns() }
         }
+        // A pass on waking from a sleep that passed the requests' next pass (it notes the sleep).
+        sleepTimer = try loop.addTimer(clock: .boottime) { [unowned self] in self.pass { _ in } }
         loop.soon = { [unowned self] in self.pass { _ in self.giveTurns() } }
         enforcer = try Enforcer(group: clients, root: { [unowned self] app in self.watches[app]?.pidfd },
                                 tracked: { [unowned self] app, known, reading in
@@ -289,7 +296,10 @@ public final class Daemon {
         // The pass's log records go out together when it ends (`Journal.holding`).
         let outermost = !Journal.holding
         Journal.holding = true
-        if outermost { passNumber &+= 1 }
+        if outermost {
+            passNumber &+= 1
+            if loop.slept - sleepCounted >= Self.sleepResolution { noteSleep(at: now) }
+        }
         defer {
             if outermost {
                 Journal.flush()
@@ -329,6 +339,7 @@ public final class Daemon {
             next = inPlace { $0.nextDeadline() }
         }
         if let next { armTimer(at: next.nanoseconds) }
+        armSleepTimer()
         if acceptPausedUntil != nil {
             resumeAccepting(force: false)
             if let until = acceptPausedUntil { armTimer(at: until) }

@@ -144,6 +144,10 @@ final class StateFile {
         case "requests":
             let (key, book) = try Self.requests(value)
             loaded.state.requests[key] = book
+        case "sleep":
+            let slept = try Self.int(value)
+            guard slept >= 0 else { throw Malformed(description: "bad sleep") }
+            loaded.state.sleep = .nanoseconds(slept)
         default: throw Malformed(description: "unknown record '\(kind)'")
         }
     }
@@ -250,6 +254,13 @@ final class StateFile {
     /// Notes a key's scheduled requests (`nil`: forgotten).
     func record(requests changes: [(key: String, requests: SavedRequests?)]) {
         for change in changes { append("requests", Self.encode(change.requests, key: change.key)) }
+    }
+
+    /// Notes how long the machine had slept since it booted, as the model last counted it
+    /// (`BackgroundModel.machineSlept`): the instants of the requests and quota records
+    /// written after count that sleep.
+    func record(sleep: Duration) {
+        append("sleep", .int(sleep.nanoseconds))
     }
 
     /// A history line, written directly as `appendTask` is (one per action: a screen lock's
@@ -411,6 +422,7 @@ final class StateFile {
         for task in state.tasks.values { record(.task(task)) }
         record(quota: state.quota.keys.sorted().map { ($0, state.quota[$0]!) })
         record(requests: state.requests.keys.sorted().map { ($0, state.requests[$0]) })
+        if let sleep = state.sleep { record(sleep: sleep) }
         lastNextTaskID = max(lastNextTaskID, state.nextTaskID)
         append("nextTaskId", .int(Int64(lastNextTaskID)))
         return pending.bytes(from: 0)

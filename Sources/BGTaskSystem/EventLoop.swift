@@ -2,7 +2,7 @@
 import CSystemd
 import Glibc
 
-/// A single-threaded event loop: I/O, one-shot timers on `CLOCK_MONOTONIC`, signals, groups
+/// A single-threaded event loop: I/O, one-shot timers (`CLOCK_MONOTONIC`, `CLOCK_BOOTTIME`), signals, groups
 /// of descriptors handled together, and the systemd watchdog.
 ///
 /// The loop is one epoll instance of its own. Descriptors and timers (`timerfd`s) are its
@@ -81,19 +81,33 @@ public final class EventLoop {
     public var now: Int64 { wokeAt ?? Clock.monotonicNanoseconds() }
     private var wokeAt: Int64?
 
+    /// How long the machine had slept since it booted when this pass woke
+    /// (`Clock.sleptNanoseconds`, read with `now`); before the first wait, the clocks'.
+    public var slept: Int64 { sleptAtWake ?? Clock.sleptNanoseconds() }
+    private var sleptAtWake: Int64?
+
     /// Calls `handler` with the `EPOLL*` events whenever `fd` is ready for `events`. The
     /// source must go away before `fd` is closed. `epoll_ctl(2)`
     public func addIO(_ fd: Int32, events: UInt32, _ handler: @escaping (UInt32) -> Void) throws(Errno) -> EventSource {
         EventSource(loop: self, token: try add(fd, events: events, handler: handler, group: nil), fd: fd, events: events)
     }
 
-    /// A one-shot `CLOCK_MONOTONIC` timer, initially off; arm it with `EventSource.arm(at:)`.
-    /// A `timerfd` of its own, exact to the nanosecond: deadlines are never coalesced, and a
+    /// What a timer counts.
+    public enum TimerClock: Sendable {
+        /// `CLOCK_MONOTONIC`: time the machine is awake.
+        case monotonic
+        /// `CLOCK_BOOTTIME`: that and the time it slept; a timer whose instant passed in a
+        /// sleep fires as the machine wakes.
+        case boottime
+    }
+
+    /// A one-shot timer on `clock`, initially off; arm it with `EventSource.arm(at:)`. A
+    /// `timerfd` of its own, exact to the nanosecond: deadlines are never coalesced, and a
     /// timer re-armed after it became ready but before its turn does not fire early.
     /// `timerfd_create(2)`
-    public func addTimer(_ handler: @escaping () -> Void) throws(Errno) -> EventSource {
+    public func addTimer(clock: TimerClock = .monotonic, _ handler: @escaping () -> Void) throws(Errno) -> EventSource {
         let timer = FileDescriptor(try systemCall("timerfd_create") {
-            timerfd_create(CLOCK_MONOTONIC, Int32(TFD_NONBLOCK | TFD_CLOEXEC))
+            timerfd_create(clock == .boottime ? CLOCK_BOOTTIME : CLOCK_MONOTONIC, Int32(TFD_NONBLOCK | TFD_CLOEXEC))
         })
         let fd = timer.rawValue
         let token = try add(fd, events: IOEvents.readable, handler: { _ in
@@ -173,7 +187,11 @@ public final class EventLoop {
             if errno == EINTR { return }
             throw Errno(errno, "epoll_wait")
         }
-        wokeAt = Clock.monotonicNanoseconds()
+        // `CLOCK_BOOTTIME` first, so the sleep read is never more than it is.
+        let boottime = Clock.boottimeNanoseconds()
+        let monotonic = Clock.monotonicNanoseconds()
+        wokeAt = monotonic
+        sleptAtWake = Clock.slept(boottime: boottime, monotonic: monotonic)
         for index in 0..<Int(count) {
             let token = ready[index].data.u64
             if token == Self.eventToken {
@@ -369,12 +387,12 @@ public final class EventSource {
         loop.modify(token, fd: fd, events: events)
     }
 
-    /// Arms a timer to fire once at `monotonicNanoseconds`, or turns it off for `nil`.
+    /// Arms a timer to fire once at `nanoseconds` on its clock, or turns it off for `nil`.
     /// `timerfd_settime(2)`
-    public func arm(at monotonicNanoseconds: Int64?) {
+    public func arm(at nanoseconds: Int64?) {
         guard case let .timer(timer) = kind else { return }
         var when = itimerspec()
-        if let ns = monotonicNanoseconds {
+        if let ns = nanoseconds {
             // Zero would disarm: a deadline already passed is the earliest instant there is.
             let at = max(1, ns)
             when.it_value = timespec(tv_sec: Int(at / 1_000_000_000), tv_nsec: Int(at % 1_000_000_000))

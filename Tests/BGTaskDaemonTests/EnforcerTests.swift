@@ -1049,14 +1049,16 @@ import TestSupport
     }
 
     /// One timer: the model's next deadline, whatever is in flight (the enforcement's waits
-    /// are the model's); the Enforcer takes every instant from its caller.
+    /// are the model's); the Enforcer takes every instant from its caller. (And one on
+    /// `CLOCK_BOOTTIME`, which only wakes the daemon as the machine wakes: `armSleepTimer`.)
     @Test func theDaemonArmsOneTimerAndTheEnforcerReadsNoClock() throws {
         let sources = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .deletingLastPathComponent().appendingPathComponent("Sources/BGTaskDaemon").path
-        var timers: [String] = []
+        var timers: [String] = [], boottimeTimers: [String] = []
         for file in try FileManager.default.contentsOfDirectory(atPath: sources) where file.hasSuffix(".swift") {
             let text = try String(contentsOfFile: sources + "/" + file, encoding: .utf8)
-            timers += Array(repeating: file, count: text.components(separatedBy: "addTimer").count - 1)
+            timers += Array(repeating: file, count: text.components(separatedBy: "addTimer {").count - 1)
+            boottimeTimers += Array(repeating: file, count: text.components(separatedBy: "addTimer(clock: .boottime)").count - 1)
             if file.hasPrefix("Enforcer") {
                 for clock in ["loop.now", "Clock.", "clock_gettime", "sd_event_now"] {
                     #expect(!text.contains(clock), "\(file) reads a clock: \(clock)")
@@ -1064,5 +1066,6 @@ import TestSupport
             }
         }
         #expect(timers == ["Daemon.swift"], "\(timers)")
+        #expect(boottimeTimers == ["Daemon.swift"], "\(boottimeTimers)")
     }
 }

@@ -102,12 +102,14 @@ import Testing
         file.record(SavedTaskChange.gone(4))
         file.record(nextTaskID: 5)
         file.record(quota: [(key: "/usr/bin/app", intervals: [QuotaInterval(start: .seconds(1), end: .seconds(2))])])
+        file.record(sleep: .seconds(3600))
         file.record(HistoryEntry(realtimeNanoseconds: 1_796_000_000_123_456_789, record: AppActionRecord(
             app: dying, uid: 65534, command: "d", action: .terminated, reason: .tasksEnded, taskNames: ["sync"])))
         _ = try file.flush(liveRecords: 3)
         let whole = file.load()
         try #require(whole.problems.isEmpty, "\(whole.problems)")
         #expect(whole.state.terminating[dying]?.cgroup?.invocation == [0xab, 0xcd] && whole.history.count == 1)
+        #expect(whole.state.sleep == .seconds(3600))
         let text = Array(try readFile(path + "/" + StateFile.fileName, limit: 1 << 20).prefix { $0 != 0 })
         try #require(text.count > 600 && text.last == UInt8(ascii: "\n"))
 
@@ -132,6 +134,21 @@ import Testing
             let extra = torn && lineStart > 0 ? 1 : 0  // a header cut short is the file's one problem, as none
             #expect(read.problems.count == expected.problems.count + extra, "cut at \(length): \(read.problems)")
         }
+    }
+
+    /// How long the machine had slept (what the saved requests' and quota's instants count)
+    /// is written whole with the state and read back; a negative one is refused.
+    @Test func theSleepCountedIsReadBackAndANegativeOneRefused() throws {
+        let (file, path) = try freshStateFile()
+        defer { remove(path) }
+        var state = SavedState()
+        state.sleep = .nanoseconds(7_200_000_000_123)
+        try file.rewrite(state, history: [])
+        #expect(file.load().state.sleep == .nanoseconds(7_200_000_000_123))
+        var loaded = StateFile.Loaded()
+        #expect(throws: StateFile.Malformed.self) { try StateFile.apply(try JSON.parse(#"{"sleep": -1}"#), to: &loaded) }
+        #expect(throws: StateFile.Malformed.self) { try StateFile.apply(try JSON.parse(#"{"sleep": "1h"}"#), to: &loaded) }
+        #expect(loaded.state.sleep == nil)
     }
 
     /// A termination's cgroup is where the daemon writes `cgroup.kill`: a path that leaves

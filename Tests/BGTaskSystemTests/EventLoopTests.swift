@@ -71,6 +71,21 @@ import TestSupport
         try turn(loop, until: "a timer armed in the past") { fired.count == 2 }
     }
 
+    /// A `CLOCK_BOOTTIME` timer fires at its instant on that clock (the daemon's for the
+    /// machine's waking); the pass that woke reads the sleep with its `now`: the two clocks'
+    /// difference, to the time between the reads.
+    @Test func aBoottimeTimerFiresAtItsInstantOnThatClock() throws {
+        let loop = try EventLoop()
+        var fired: [Int64] = []
+        let timer = try loop.addTimer(clock: .boottime) { fired.append(Clock.boottimeNanoseconds()) }
+        let at = Clock.boottimeNanoseconds() + 30_000_000
+        timer.arm(at: at)
+        try turn(loop, until: "the timer") { !fired.isEmpty }
+        #expect(fired[0] >= at)
+        let slept = Clock.sleptNanoseconds()
+        #expect(slept >= 0 && abs(loop.slept - slept) < 1_000_000, "the pass read \(loop.slept) ns slept, the clocks \(slept)")
+    }
+
     @Test func aTimerMovedOrTurnedOffBeforeItsTurnDoesNotFire() throws {
         let loop = try EventLoop()
         var fired = 0

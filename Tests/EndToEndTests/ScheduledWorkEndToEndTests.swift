@@ -121,6 +121,28 @@ import Varlink
         #expect(try daemon.manager("ListTaskRequests")["network"] == true)
     }
 
+    /// A refresh due an hour after its submission, the machine then asleep two hours while
+    /// no daemon ran (the restarted daemon in a time namespace whose `CLOCK_BOOTTIME` is two
+    /// hours ahead and `CLOCK_MONOTONIC` the same: what a suspend does to the two clocks),
+    /// is due: the suspended app is launched at once, not an hour of waking time later.
+    @Test(.enabled(if: getuid() == 0, "needs root to make a time namespace (unshare -T)"))
+    func aRequestsDateCountsTheTimeTheMachineSleptWhileNoDaemonRan() throws {
+        let daemon = try TestDaemon(["CoalesceWindowSec=0"])
+        let (app, _) = try Self.app(daemon, registering: "org.example.later")
+        #expect(try Self.submit(app, "refresh org.example.later 3600")["submitted"] != nil)
+        try daemon.stop()
+        let restarted = try daemon.restart(["CoalesceWindowSec=0"],
+                                           wrapper: ["/usr/bin/unshare", "--time", "--boottime", "7200", "--"])
+        #expect(restarted.logged { $0.contains("The machine slept 2h: scheduled requests' dates and the quota window count it") })
+        // Its process's start time reads otherwise in the namespace (/proc counts it on
+        // CLOCK_BOOTTIME): the app is not restored, and registers again as its library
+        // reconnects, with its requests (its key).
+        try waitUntil("the app registered again", timeout: 10) { try restarted.app(app.pid) != nil }
+        try Self.suspend(restarted, app)
+        let launched = try app.next(timeout: 5) { $0["launched"] != nil }
+        #expect(launched["launched"] == "org.example.later" && launched["kind"] == "refresh")
+    }
+
     @Test func requestsSurviveAKillOfTheDaemonAndARelaunchOfTheApp() throws {
         let daemon = try TestDaemon()
         let (app, _) = try Self.app(daemon, registering: "org.example.later")

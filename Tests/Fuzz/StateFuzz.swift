@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // libFuzzer target: the state file read back (`StateFile.apply`, every kind of record), the
-// model restored from it and run a day on, and the state written again.
+// model restored from it, an hour of the machine's sleep counted, run a day on, and the
+// state written again.
 // Built by scripts/fuzz together with Sources/BGTaskCore, Varlink, BGTaskProtocol,
 // BGTaskSystem and the daemon's state-file and wire files (one module, so no import).
 //
@@ -37,13 +38,16 @@ public func fuzzState(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     }
     precondition(again.state.apps == loaded.state.apps && again.state.tasks == loaded.state.tasks
                  && again.state.terminating == loaded.state.terminating && again.state.quota == loaded.state.quota
-                 && again.state.requests == loaded.state.requests, "the state read back differs from the state written")
+                 && again.state.requests == loaded.state.requests && again.state.sleep == loaded.state.sleep,
+                 "the state read back differs from the state written")
     precondition(again.history == loaded.history, "the history read back differs from the history written")
     // Restored at an instant the input may have chosen, its timers fired over a day, written.
     var model = BackgroundModel(configuration: Configuration(), seed: 1)
     var effects: [Effect] = []
     let now = Instant(nanoseconds: size > 8 ? Int64(data[0]) << 40 : 1 << 40)
     model.restore(loaded.state, at: now, effects: &effects)
+    // The machine slept an hour while no daemon ran: every request and quota instant moves.
+    model.machineSlept(total: (loaded.state.sleep ?? .zero) + .seconds(3600), at: now)
     model.advance(to: now + .seconds(86_400), limit: 100_000, effects: &effects)
     _ = model.listApps(at: now)
     _ = file.wholeText(model.savedState(), history: [])

@@ -103,9 +103,10 @@ final class TestDaemon {
     }
 
     /// Starts another daemon on the same socket and state, which takes over the directory.
-    func restart(_ settings: [String] = [], extraArguments: [String] = [], connecting: Bool = true) throws -> TestDaemon {
+    func restart(_ settings: [String] = [], extraArguments: [String] = [], connecting: Bool = true,
+                 wrapper: [String] = []) throws -> TestDaemon {
         handedOver = true
-        return try TestDaemon(settings, extraArguments: extraArguments, directory: directory, connecting: connecting)
+        return try TestDaemon(settings, extraArguments: extraArguments, directory: directory, connecting: connecting, wrapper: wrapper)
     }
 
     /// Whether a line of the log matches, waiting for it (at most `timeout` seconds): the
