@@ -52,16 +52,18 @@ import Varlink
         #expect(checked != 0 && refusal.contains("\(bad):2:"), "\(refusal)")  // and would keep a daemon from starting
     }
 
-    /// `DailyBackgroundSec=2s` under a 10 s budget: the period ends at 2 s; the app, warned,
-    /// ends its task and is suspended; relaunched, and after a `kill -9` of the daemon, it
-    /// has nothing left.
-    @Test func aDailyQuotaCutsThePeriodShortAndOutlivesRelaunchesAndRestarts() throws {
+    /// A configuration directory whose policy gives root's apps `DailyBackgroundSec=2s`.
+    static func quotaFiles() throws -> ConfigFiles {
         let files = try ConfigFiles()
         try files.write(files.main, "")
         mkdir(files.directory + "/policy.d", 0o755)
         try files.write(files.directory + "/policy.d/50-quota.policy", "[Match]\nUser=root\n\n[Policy]\nDailyBackgroundSec=2s\n")
-        let settings = ["BackgroundTimeSec=10s", "ExpirationWarningSec=500ms", "GrantLatencyMaxSec=5ms"]
-        let daemon = try TestDaemon(settings, extraArguments: ["--config", files.main])
+        return files
+    }
+
+    /// A probe that uses up its 2 s quota under a 10 s budget: the period ends at 2 s; the
+    /// app, warned, ends its task and is suspended; then it is killed.
+    static func useUpTheQuota(_ daemon: TestDaemon) throws {
         let first = try daemon.probe()
         try first.send("subscribe")
         try first.event("subscribed")
@@ -76,17 +78,52 @@ import Varlink
         try first.send("end \(id)")
         try waitUntil("the app suspended") { try daemon.history().last?["reason"] == "tasksEnded" }
         try first.process.signal(SIGKILL)
+    }
+
+    static let quotaSettings = ["BackgroundTimeSec=10s", "ExpirationWarningSec=500ms", "GrantLatencyMaxSec=5ms"]
+
+    /// The quota used up; relaunched, and after a `kill -9` of the daemon, the app has
+    /// nothing left.
+    @Test func aDailyQuotaCutsThePeriodShortAndOutlivesRelaunchesAndRestarts() throws {
+        let files = try Self.quotaFiles()
+        let daemon = try TestDaemon(Self.quotaSettings, extraArguments: ["--config", files.main])
+        try Self.useUpTheQuota(daemon)
 
         let second = try daemon.probe()  // relaunched: a new pid, the same app
         try Self.expectRefusedInTheBackground(second, daemon)
 
         try daemon.crash()
-        let restarted = try daemon.restart(settings, extraArguments: ["--config", files.main])  // same state
+        let restarted = try daemon.restart(Self.quotaSettings, extraArguments: ["--config", files.main])  // same state
         try restarted.setState(second.pid, "foreground")  // it was suspended meanwhile
         try second.send("remaining")
         let remaining = try second.next { $0["call"] == "remaining" }
         #expect((remaining["reply"]?["backgroundQuotaRemaining"]?.doubleValue ?? 1) <= 0.5, "\(remaining)")
         try Self.expectRefusedInTheBackground(second, restarted)  // its subscription ended with the old daemon
+    }
+
+    /// The quota window (`QuotaWindowSec=1h`) counts the machine's sleep: used up, then the
+    /// machine asleep an hour while no daemon ran (the restarted daemon in a time namespace
+    /// whose `CLOCK_BOOTTIME` is an hour ahead), the relaunched app has its 2 s again.
+    @Test(.enabled(if: getuid() == 0, "needs root to make a time namespace (unshare -T)"))
+    func aDailyQuotaUsedUpIsBackOnceTheMachineSleptTheWindow() throws {
+        let files = try Self.quotaFiles()
+        let settings = Self.quotaSettings + ["QuotaWindowSec=1h"]
+        let daemon = try TestDaemon(settings, extraArguments: ["--config", files.main])
+        try Self.useUpTheQuota(daemon)
+        try daemon.stop()
+        let restarted = try daemon.restart(settings, extraArguments: ["--config", files.main],
+                                           wrapper: ["/usr/bin/unshare", "--time", "--boottime", "3601", "--"])
+        #expect(restarted.logged { $0.contains("The machine slept 1h 1s: ") })
+        let again = try restarted.probe()
+        try again.send("subscribe")
+        try again.event("subscribed")
+        try restarted.setState(again.pid, "background")
+        try again.event("didEnterBackground")
+        let left = try #require(try restarted.app(again.pid)?["backgroundQuotaRemaining"]?.doubleValue)
+        #expect(left == 2, "the whole quota back: \(left)")
+        try again.send("begin granted")
+        let begun = try again.next { $0["call"] == "begin" }
+        #expect(begun["error"] == nil, "\(begun)")
     }
 
     /// Subscribes `probe` (so that it is not suspended the moment it is backgrounded), moves
