@@ -149,7 +149,8 @@ typedef void (*bgtask_launch_handler_t)(bgtask_app *app, const char *identifier,
 int bgtask_app_set_launch_handler(bgtask_app *app, bgtask_launch_handler_t launch, bgtask_expiration_handler_t expiration,
                                   void *userdata);
 /* Asks to be launched no earlier than `earliest_begin` seconds from now, when `flags`'
- * conditions hold; `interval` (at least 900 s, or 0) makes it periodic. Replaces a pending
+ * conditions hold; `interval` (at least 900 s, or 0) makes it periodic. Both count the time
+ * the machine sleeps (a request due while it slept runs as it wakes). Replaces a pending
  * request with the same identifier. Returns 0 or -errno: -EBUSY (as many of that kind
  * pending as allowed: 1 refresh, 10 processing), -EINVAL (a bad identifier or value),
  * -EDQUOT (a limit), -ENOTCONN. */

@@ -121,7 +121,8 @@ public class BGTaskRequest: @unchecked Sendable, CustomStringConvertible {
     }
     let settings = Locked(Settings())
 
-    /// No earlier than this; `nil`: as soon as possible.
+    /// No earlier than this; `nil`: as soon as possible. A date: the time the machine sleeps
+    /// counts (a request due while it slept runs as it wakes), as does `interval`'s.
     public var earliestBeginDate: Date? {
         get { settings.withLock { $0.earliestBeginDate } }
         set { settings.withLock { $0.earliestBeginDate = newValue } }
