@@ -207,8 +207,10 @@ import Testing
         #expect(harness.model.requestBook.count == BackgroundModel.maximumIdleKeysPerUser)
     }
 
-    @Test func dailyLaunchesUsedUpWaitForTheWindow() throws {
+    /// The window passes awake, or asleep (`BackgroundModel+Sleep`: it counts the sleep).
+    @Test(arguments: [false, true]) func dailyLaunchesUsedUpWaitForTheWindow(asleep: Bool) throws {
         var harness = Self.harness { $0.dailyLaunches = 1; $0.quotaWindow = .seconds(3600) }
+        harness.model.machineSlept(total: .zero, at: harness.now)
         let app = try Self.suspended(&harness)
         try Self.submit(&harness, app, "p", at: 10, interval: .seconds(900))
         harness.at(10)
@@ -217,7 +219,10 @@ import Testing
         harness.at(910)
         #expect(Self.launches(harness.take()).isEmpty)
         #expect(harness.model.listTaskRequests(at: harness.now).map(\.waitingFor) == [.quota])
-        harness.at(3611)  // the first launch left the window
+        if asleep {
+            harness.model.machineSlept(total: .seconds(3600), at: harness.now)  // an hour asleep
+        }
+        harness.at(asleep ? 910 : 3611)  // the first launch left the window
         #expect(Self.launches(harness.take()).count == 1)
     }
 

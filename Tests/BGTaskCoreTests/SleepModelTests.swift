@@ -4,7 +4,8 @@ import Testing
 
 /// The machine's sleep (`BackgroundModel+Sleep`): the model's clock is `CLOCK_MONOTONIC`,
 /// which stops while the machine sleeps. Told what was slept, scheduled requests' dates, the
-/// quota window and `DailyLaunches` count it; background time and deadlines do not.
+/// quota window and `DailyLaunches` count it (`RequestModelTests.dailyLaunchesUsedUpWaitForTheWindow`);
+/// background time and deadlines do not.
 @Suite struct SleepModelTests {
     static let hour = Duration.seconds(3600)
 
@@ -59,21 +60,6 @@ import Testing
             QuotaInterval(start: .seconds(1 - 98), end: .seconds(6 - 98)),
             QuotaInterval(start: .seconds(6 - 8), end: .seconds(7 - 8)),
         ])
-    }
-
-    @Test func dailyLaunchesUsedUpComeBackAfterTheWindowAsleep() throws {
-        var harness = RequestModelTests.harness { $0.dailyLaunches = 1; $0.quotaWindow = .seconds(3600) }
-        harness.model.machineSlept(total: .zero, at: harness.now)
-        let app = try RequestModelTests.suspended(&harness)
-        try RequestModelTests.submit(&harness, app, "p", at: 10, interval: .seconds(900))
-        harness.at(10)
-        #expect(RequestModelTests.launches(harness.take()).count == 1)
-        try harness.model.setTaskCompleted("p", success: true, of: app, at: harness.now, effects: &harness.effects)
-        harness.at(910)
-        #expect(harness.model.listTaskRequests(at: harness.now).map(\.waitingFor) == [.quota])
-        harness.model.machineSlept(total: Self.hour, at: harness.now)  // the first launch left the window
-        harness.at(910)
-        #expect(RequestModelTests.launches(harness.take()).count == 1)
     }
 
     /// What the machine slept while no daemon ran counts once the restarted daemon says how
