@@ -84,7 +84,8 @@ public final class Daemon {
     var acceptPauseReportedAt = Int64.min / 2
     var timer: EventSource!
     /// A timer on `CLOCK_BOOTTIME` at the requests' next pass (`armSleepTimer`), and where it
-    /// is armed; how long the machine had slept when the model was last told (`noteSleep`).
+    /// is armed; how long the machine had slept when the model was last told (`noteSleep`):
+    /// a copy of the model's, so that every pass compares without a read of the model.
     var sleepTimer: EventSource!
     var sleepTimerArmedAt: Int64?
     var sleepCounted: Int64 = 0

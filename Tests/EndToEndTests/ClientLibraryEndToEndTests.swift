@@ -13,11 +13,7 @@ import Varlink
     func app(_ daemon: TestDaemon) throws -> Probe { try Probe(daemon: daemon, binary: "bgtask-libprobe") }
 
     /// The probe app, run as uid 65534 (`setpriv`) when `asNobody`.
-    func app(_ daemon: TestDaemon, asNobody: Bool) throws -> Probe {
-        guard asNobody else { return try app(daemon) }
-        return try Probe(process: try Spawned("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups",
-                                                                   Binaries.path("bgtask-libprobe"), "--socket", daemon.socketPath]))
-    }
+    func app(_ daemon: TestDaemon, asNobody: Bool) throws -> Probe { try Probe.library(daemon, asNobody: asNobody) }
 
     func begin(_ app: Probe, _ command: String) throws -> Int64 {
         try app.send(command)

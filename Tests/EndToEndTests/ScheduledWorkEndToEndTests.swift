@@ -11,11 +11,13 @@ import Varlink
 /// for power from a power-supply directory of the test's own, requests survive a `kill -9`
 /// of the daemon and a relaunch of the app, `bgtaskctl launch`, another user, bad input.
 @Suite(.serialized) struct ScheduledWorkEndToEndTests {
-    /// A library app with `identifier` registered (`mode`: complete or hold), and a monitor.
-    static func app(_ daemon: TestDaemon, registering identifier: String, mode: String = "complete") throws -> (Probe, Spawned) {
+    /// A library app with `identifier` registered (`mode`: complete or hold), and a monitor;
+    /// the app run as uid 65534 (`setpriv`) when `asNobody`.
+    static func app(_ daemon: TestDaemon, registering identifier: String, mode: String = "complete",
+                    asNobody: Bool = false) throws -> (Probe, Spawned) {
         let monitor = try Spawned(Binaries.path("bgtaskctl"), ["--socket", daemon.socketPath, "--json", "monitor"])
         #expect(try JSON.parse(try #require(try monitor.readLine(timeout: 5)))["event"] == "monitoring")
-        let app = try Probe(daemon: daemon, binary: "bgtask-libprobe")
+        let app = try Probe.library(daemon, asNobody: asNobody)
         try app.send("register \(identifier) \(mode)")
         _ = try app.next { $0["registered"] != nil }
         return (app, monitor)
@@ -125,10 +127,11 @@ import Varlink
     /// no daemon ran (the restarted daemon in a time namespace whose `CLOCK_BOOTTIME` is two
     /// hours ahead and `CLOCK_MONOTONIC` the same: what a suspend does to the two clocks),
     /// is due: the suspended app is launched at once, not an hour of waking time later.
-    @Test(.enabled(if: getuid() == 0, "needs root to make a time namespace (unshare -T)"))
-    func aRequestsDateCountsTheTimeTheMachineSleptWhileNoDaemonRan() throws {
+    /// The app as root or as uid 65534: a user's requests count the sleep as root's do.
+    @Test(.enabled(if: getuid() == 0, "needs root to make a time namespace (unshare -T)"), arguments: [false, true])
+    func aRequestsDateCountsTheTimeTheMachineSleptWhileNoDaemonRan(asNobody: Bool) throws {
         let daemon = try TestDaemon(["CoalesceWindowSec=0"])
-        let (app, _) = try Self.app(daemon, registering: "org.example.later")
+        let (app, _) = try Self.app(daemon, registering: "org.example.later", asNobody: asNobody)
         #expect(try Self.submit(app, "refresh org.example.later 3600")["submitted"] != nil)
         try daemon.stop()
         let restarted = try daemon.restart(["CoalesceWindowSec=0"],
@@ -138,6 +141,7 @@ import Varlink
         // CLOCK_BOOTTIME): the app is not restored, and registers again as its library
         // reconnects, with its requests (its key).
         try waitUntil("the app registered again", timeout: 10) { try restarted.app(app.pid) != nil }
+        #expect(try Self.requests(restarted).first?["uid"]?.intValue == (asNobody ? 65534 : 0))
         try Self.suspend(restarted, app)
         let launched = try app.next(timeout: 5) { $0["launched"] != nil }
         #expect(launched["launched"] == "org.example.later" && launched["kind"] == "refresh")

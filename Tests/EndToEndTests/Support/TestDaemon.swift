@@ -169,6 +169,13 @@ final class Probe {
     /// Every line seen so far, parsed.
     private(set) var lines: [JSON] = []
 
+    /// The Swift library's probe (`bgtask-libprobe`), run as uid 65534 (`setpriv`) when `asNobody`.
+    static func library(_ daemon: TestDaemon, asNobody: Bool = false) throws -> Probe {
+        guard asNobody else { return try Probe(daemon: daemon, binary: "bgtask-libprobe") }
+        return try Probe(process: try Spawned("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups",
+                                                                   Binaries.path("bgtask-libprobe"), "--socket", daemon.socketPath]))
+    }
+
     convenience init(daemon: TestDaemon, binary: String = "bgtask-probe") throws {
         try self.init(process: try Spawned(Binaries.path(binary), ["--socket", daemon.socketPath]))
     }
