@@ -26,6 +26,8 @@ public enum Wait: Hashable, Sendable {
     case status
     /// The kernel's process events, left unwatched for a while after a read, are watched again.
     case processEvents
+    /// `KeepAwake=`: the inhibitor's linger or its retry delay is over (`AwakeHold`).
+    case keepAwake
 }
 
 extension BackgroundModel {

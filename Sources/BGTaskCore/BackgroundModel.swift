@@ -104,6 +104,8 @@ public struct BackgroundModel {
     var ageQueueDead = 0
     /// Apps per state, kept as states change, so a status line costs nothing.
     public private(set) var stateCounts: [AppState: Int] = [:]
+    /// `stateCounts[.background]`, read on every pass without hashing (`KeepAwake=`).
+    public private(set) var backgroundApps = 0
     var nextTaskID: TaskID = 1
     var random: SplitMix64
 
@@ -349,6 +351,8 @@ public struct BackgroundModel {
     mutating func count(from old: AppState?, to new: AppState?) {
         if let old { stateCounts[old, default: 0] -= 1 }
         if let new { stateCounts[new, default: 0] += 1 }
+        if old == .background { backgroundApps -= 1 }
+        if new == .background { backgroundApps += 1 }
     }
 
     // MARK: Process watching

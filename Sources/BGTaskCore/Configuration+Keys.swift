@@ -45,6 +45,7 @@ extension Configuration {
         span("Background", "TaskAgeWarningSec", \.taskAgeWarning),
         span("Background", "WakeTimeSec", \.wakeTime),
         span("Background", "QuotaWindowSec", \.quotaWindow),
+        choice("Background", "KeepAwake", \.keepAwake),
         span("Scheduling", "RefreshTimeSec", \.refreshTime),
         span("Scheduling", "ProcessingTimeSec", \.processingTime),
         span("Scheduling", "CoalesceWindowSec", \.coalesceWindow),

@@ -9,6 +9,14 @@ public enum SuspendMode: String, CaseIterable, Sendable {
     case signal
 }
 
+/// Whether the machine is kept from idle-suspending while apps run in the background
+/// (`AwakeHold`).
+public enum KeepAwake: String, CaseIterable, Sendable {
+    /// logind's `idle` inhibitor (block mode) is held while any app runs in the background.
+    case yes
+    case no
+}
+
 /// Whether a process app is moved into a transient scope of its own (containment `scope`).
 public enum IsolateApps: String, CaseIterable, Sendable {
     /// Only processes of a user's own manager (`user@UID.service`), through that manager.
@@ -74,6 +82,8 @@ public struct Configuration: Equatable, Sendable {
     public var wakeTime: Duration = .seconds(30)
     /// The rolling window a policy's `DailyBackgroundSec` counts over.
     public var quotaWindow: Duration = .seconds(24 * 3600)
+    /// Whether apps running in the background keep the machine from idle-suspending.
+    public var keepAwake: KeepAwake = .yes
     // [Scheduling]
     /// A refresh launch's window (`BGAppRefreshTaskRequest`: iOS gives about 30 s).
     public var refreshTime: Duration = .seconds(30)

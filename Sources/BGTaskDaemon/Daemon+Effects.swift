@@ -144,6 +144,7 @@ extension Daemon {
         case .stateQuiet: whenStateQuiet()
         case .status: sendStatus()
         case .processEvents: watchProcessEvents()
+        case .keepAwake: recheckAwake()
         }
     }
 

@@ -34,7 +34,7 @@ extension Daemon {
         managerRequests[id] = (manager, loop.now)
         manager.startScope(name, pids: pids, slice: slice, description: "bgtaskd app \(app.pid)") { [unowned self] error in
             // Done with this connection; dropped on the next pass, not inside its own callback.
-            if let request = managerRequests.removeValue(forKey: id) { retiredManagers.append(request.manager) }
+            if let request = managerRequests.removeValue(forKey: id) { retiredConnections.append(request.manager) }
             if let error {
                 log(.warning, "App \(app) not moved into a scope of its own (\(name)): \(error)")
                 return

@@ -33,8 +33,14 @@ public final class Daemon {
     /// answered (dropped at the next pass); sockets that could not be reached, until when.
     var managerRequests: [UInt64: (manager: ServiceManager, since: Int64)] = [:]
     var nextManagerRequest: UInt64 = 1
-    var retiredManagers: [ServiceManager] = []
+    var retiredConnections: [AnyObject] = []
     var unreachableManagers: [String: Int64] = [:]
+    /// `KeepAwake=` (`Daemon+Awake`): what the model decided, logind's answer awaited, the
+    /// inhibitor held, and whether a refusal was logged since the last lock.
+    var awake = AwakeHold()
+    var awakeRequest: InhibitorRequest?
+    var awakeLock: FileDescriptor?
+    var awakeRefusalLogged = false
     /// Waits for an app's processes to land in the scope asked for.
     /// Apps being moved into a scope of their own: its name, and how many more looks.
     var scopeChecks: [ProcessIdentity: (name: String, left: Int)] = [:]
@@ -307,7 +313,7 @@ public final class Daemon {
                 Journal.holding = false
             }
         }
-        if !retiredManagers.isEmpty { retiredManagers.removeAll() }
+        if !retiredConnections.isEmpty { retiredConnections.removeAll() }
         // Before an app is terminated for time, what it already sent is read (rule 7a).
         let facing = inPlace { $0.appsFacingTermination(at: now) }
         if !facing.isEmpty { readWaiting(from: facing) }
@@ -334,6 +340,7 @@ public final class Daemon {
             // systemd woke 4 times a second for ever once it had served a call.
             model.schedule(.status, at: Instant(nanoseconds: max(now.nanoseconds, lastStatusSent + Self.statusInterval)))
         }
+        keepAwakeIfNeeded(at: now)
         var next = inPlace { $0.nextDeadline() }
         if let due = next, due <= now {
             while !advanceModel(to: now, limit: Self.timersPerSlice) { _ = commit() }

@@ -380,6 +380,43 @@ static inline int bgtask_logind_watch(sd_bus *bus, const char *path, sd_bus_mess
                                "PropertiesChanged", callback, userdata);
 }
 
+/* Asks logind for an inhibitor lock (Manager.Inhibit `what`, `who`, `why`, `mode`) on a
+ * connection of its own to the system bus, attached to `event`: the answer goes to `callback`
+ * on the event loop (read it with bgtask_logind_inhibitor); nothing waits. The lock is the
+ * descriptor the answer carries, not the connection: the caller drops the connection once
+ * answered. Returns 0 or -errno (no system bus: -ENOENT). */
+static inline int bgtask_logind_inhibit(sd_event *event, const char *what, const char *who, const char *why,
+                                        const char *mode, sd_bus_message_handler_t callback, void *userdata,
+                                        sd_bus **out) {
+    sd_bus *bus = NULL;
+    int r = sd_bus_open_system(&bus);
+    if (r < 0) return r;
+    r = sd_bus_attach_event(bus, event, 0);
+    if (r >= 0) r = sd_bus_call_method_async(bus, NULL, "org.freedesktop.login1", "/org/freedesktop/login1",
+                                             "org.freedesktop.login1.Manager", "Inhibit", callback, userdata,
+                                             "ssss", what, who, why, mode);
+    if (r < 0) { sd_bus_flush_close_unref(bus); return r; }
+    *out = bus;
+    return 0;
+}
+
+/* logind's answer to Inhibit (`m`): the lock's descriptor, a close-on-exec copy of the one the
+ * message owns, or -errno with the error's text in `why` (owned by `m`). */
+static inline int bgtask_logind_inhibitor(sd_bus_message *m, const char **why) {
+    const sd_bus_error *error = sd_bus_message_get_error(m);
+    if (error && sd_bus_error_is_set(error)) {
+        *why = error->message ? error->message : error->name;
+        int e = sd_bus_error_get_errno(error);
+        return -(e > 0 ? e : EACCES);
+    }
+    int fd = -1;
+    int r = sd_bus_message_read(m, "h", &fd);
+    if (r < 0) { *why = "an answer without a descriptor"; return r; }
+    int copy = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    if (copy < 0) { *why = "the descriptor could not be kept"; return -errno; }
+    return copy;
+}
+
 /* Sends each of `count` buffers as one datagram on the connected socket `fd`, as many per
  * sendmmsg(2) as it takes (up to 64 at a time); returns how many went, or -1 if none did. */
 static inline int bgtask_send_datagrams(int fd, const struct iovec *buffers, unsigned count) {

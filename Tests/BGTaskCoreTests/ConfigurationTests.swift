@@ -119,7 +119,7 @@ import Testing
         var parsed = Configuration()
         try parsed.apply(fileText: config.rendered(), source: "rendered")
         #expect(parsed == config)
-        #expect(Configuration.keys.count == 28)
+        #expect(Configuration.keys.count == 29)
     }
 
     /// Every enum ↔ string table, one test: raw values are unique and round-trip.
@@ -130,7 +130,7 @@ import Testing
             for value in E.allCases { #expect(E(rawValue: value.rawValue)?.rawValue == value.rawValue) }
         }
         check(AppState.self); check(BackgroundPhase.self); check(TaskState.self); check(TaskReason.self)
-        check(ActionReason.self); check(AppAction.self); check(SuspendMode.self); check(LogKind.self)
+        check(ActionReason.self); check(AppAction.self); check(SuspendMode.self); check(KeepAwake.self); check(LogKind.self)
         for signal in TerminateSignal.all {
             #expect(TerminateSignal(parsing: signal.description) == signal)
             #expect(TerminateSignal(parsing: String(signal.number)) == signal)

@@ -47,7 +47,7 @@ import Varlink
         ("Background", "BackgroundTimeSec", "soon"), ("Background", "ExpirationWarningSec", "-1s"),
         ("Background", "TransitionTimeoutSec", "5 parsecs"), ("Background", "GrantLatencyMinSec", "x"),
         ("Background", "GrantLatencyMaxSec", ""), ("Background", "GrantLatencySeed", "-3"),
-        ("Background", "TaskAgeWarningSec", "1e3"), ("Background", "QuotaWindowSec", "a day"), ("Background", "WakeTimeSec", "soon"), ("Enforcement", "SuspendMode", "sometimes"), ("Enforcement", "IsolateApps", "maybe"),
+        ("Background", "TaskAgeWarningSec", "1e3"), ("Background", "QuotaWindowSec", "a day"), ("Background", "KeepAwake", "sometimes"), ("Background", "WakeTimeSec", "soon"), ("Enforcement", "SuspendMode", "sometimes"), ("Enforcement", "IsolateApps", "maybe"),
         ("Enforcement", "TerminateSignal", "SIGSTOP"), ("Enforcement", "TerminateGraceSec", "later"),
         ("Limits", "MaxApps", "0"), ("Limits", "MaxTasksPerApp", "many"), ("Limits", "MaxConnectionsPerUser", "-5"),
         ("Limits", "MaxAppsPerUser", "all"), ("Limits", "MaxTasksPerUser", "0"),

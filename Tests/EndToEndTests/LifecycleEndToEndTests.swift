@@ -62,6 +62,28 @@ import Varlink
         #expect(daemon.log().contains("<4>App pid \(probe.pid) (bgtask-probe) holding 'sync' terminated with SIGKILL: assertionsBeyondPermittedTime"))
     }
 
+    /// `KeepAwake=` where logind cannot be reached (no system bus: every test daemon's, and
+    /// this machine's): said once, not again within the minute, and nothing else changes —
+    /// apps in the background are warned, suspended and resumed as ever. (Under a real logind:
+    /// `SystemdTests.underARealSystemd`, `idle-inhibited-while-in-background`.)
+    @Test func anUnreachableLogindIsSaidOnceAndChangesNothingElse() throws {
+        let daemon = try TestDaemon(Self.budget)
+        let line = "The machine may idle-suspend while apps run in the background: ask logind for an inhibitor on the system bus: No such file or directory; asking again in a minute"
+        #expect(!daemon.log().contains { $0.contains("idle-suspend") })
+        for round in 1...2 {
+            let probe = try daemon.probe()
+            let id = try probe.begin("upload")
+            try waitUntil("the task granted") { try daemon.tasks(probe.pid).first?["state"]?.stringValue == "granted" }
+            try daemon.setState(probe.pid, "background")
+            try waitUntil("the task expiring") { try daemon.tasks(probe.pid).first?["state"]?.stringValue == "expiring" }
+            try probe.send("end \(id)")
+            try waitUntil("the probe stopped") { processState(probe.pid) == "T" }
+            try daemon.setState(probe.pid, "foreground")
+            try waitUntil("the probe running again") { processState(probe.pid) != "T" }
+            #expect(daemon.log().filter { $0.contains("idle-suspend") } == ["<5>" + line], "round \(round)")
+        }
+    }
+
     /// (d) When the app's process exits, its tasks are gone.
     @Test func appExitRemovesItsTasks() throws {
         let daemon = try TestDaemon(Self.budget)

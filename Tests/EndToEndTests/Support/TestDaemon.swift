@@ -25,6 +25,9 @@ final class TestDaemon {
     /// The daemon's stderr: one `<priority>message` line per log record.
     let logPath: String
 
+    /// Where test daemons look for the system bus: nowhere.
+    static let noSystemBus = "/nonexistent/bgtaskd-test/system_bus_socket"
+
     /// Starts the daemon with `--set` assignments and waits until it answers; in `directory`
     /// (to restart on the same socket) or a fresh temporary one.
     /// It is ready once its log says "serving on"; with `connecting: false` no connection is
@@ -44,6 +47,9 @@ final class TestDaemon {
         socketPath = directory + "/io.bgtaskd"
         let arguments = ["--socket", socketPath] + settings.flatMap { ["--set", $0] } + extraArguments
         logPath = directory + "/bgtaskd.log"
+        // No test daemon asks the machine's own logind for anything (`KeepAwake=`): where the
+        // system bus is, this one is not.
+        let base = ["PATH=/usr/bin:/bin", "DBUS_SYSTEM_BUS_ADDRESS=unix:path=\(Self.noSystemBus)"]
         // Under `make sanitize` the daemon reports where the sanitizer options say.
         let names: [String] = ["ASAN_OPTIONS", "TSAN_OPTIONS", "LSAN_OPTIONS"]
         let sanitizers = names.compactMap { name -> String? in
@@ -58,12 +64,12 @@ final class TestDaemon {
         if let cgroup {
             let enter = "echo $$ > \(cgroup.directory)/cgroup.procs && exec \"$0\" \"$@\""
             process = try Spawned("/bin/sh", ["-c", enter, Binaries.path("bgtaskd")] + arguments,
-                                  environment: ["PATH=/usr/bin:/bin"] + sanitizers + extra, standardError: .file(logPath))
+                                  environment: base + sanitizers + extra, standardError: .file(logPath))
         } else if let command = wrapper.first {
             process = try Spawned(command, Array(wrapper.dropFirst()) + [Binaries.path("bgtaskd")] + arguments,
-                                  environment: ["PATH=/usr/bin:/bin"] + sanitizers + extra, standardError: .file(logPath))
+                                  environment: base + sanitizers + extra, standardError: .file(logPath))
         } else {
-            process = try Spawned(Binaries.path("bgtaskd"), arguments, environment: ["PATH=/usr/bin:/bin"] + sanitizers + extra,
+            process = try Spawned(Binaries.path("bgtaskd"), arguments, environment: base + sanitizers + extra,
                                   standardError: .file(logPath))
         }
         try waitUntil("bgtaskd to answer at \(socketPath)", timeout: 10) {
