@@ -16,6 +16,7 @@ DATADIR       ?= $(PREFIX)/share
 MANDIR        ?= $(DATADIR)/man
 UNITDIR       ?= $(PREFIX)/lib/systemd/system
 USERUNITDIR   ?= $(PREFIX)/lib/systemd/user
+SYSUSERSDIR   ?= $(PREFIX)/lib/sysusers.d
 COMPLETIONDIR ?= $(DATADIR)/bash-completion/completions
 LIBDIR        ?= $(PREFIX)/lib
 INCLUDEDIR    ?= $(PREFIX)/include
@@ -135,6 +136,10 @@ soak: release
 	.build/release/bgtaskd-bench --soak $(SOAK_SECONDS)
 
 install: release lib install-files install-lib
+	@# The system service's user (the package's postinst does the same): only for this
+	@# machine, as root, where systemd-sysusers is.
+	if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v systemd-sysusers >/dev/null; then \
+		systemd-sysusers $(SYSUSERSDIR)/bgtaskd.conf; fi
 
 # The Debian packages (bgtaskd, libbgtask0, libbgtask-dev) into build/deb, with the Swift
 # toolchain on PATH: dpkg-buildpackage -b -us -uc, then lintian on the result.
@@ -155,6 +160,7 @@ install-files:
 	install -Dm755 .build/release/bgtask-session $(DESTDIR)$(BINDIR)/bgtask-session
 	install -Dm644 systemd/bgtaskd.socket $(DESTDIR)$(UNITDIR)/bgtaskd.socket
 	install -Dm644 systemd/user/bgtaskd.socket $(DESTDIR)$(USERUNITDIR)/bgtaskd.socket
+	install -Dm644 systemd/bgtaskd.sysusers $(DESTDIR)$(SYSUSERSDIR)/bgtaskd.conf
 	install -d $(DESTDIR)$(UNITDIR) $(DESTDIR)$(USERUNITDIR)
 	sed 's|@SBINDIR@|$(SBINDIR)|g; s|@BINDIR@|$(BINDIR)|g' systemd/bgtaskd.service.in > $(DESTDIR)$(UNITDIR)/bgtaskd.service
 	sed 's|@SBINDIR@|$(SBINDIR)|g; s|@BINDIR@|$(BINDIR)|g' systemd/user/bgtaskd.service.in > $(DESTDIR)$(USERUNITDIR)/bgtaskd.service

@@ -123,7 +123,7 @@ import TestSupport
         "restart-keeps-state", "resumed-after-restart", "task-ended-after-restart",
         "scope-frozen-by-unit", "scope-listed-as-unit", "slice-thaw-frozen-again", "unit-refusals", "scope-terminated-whole",
         "process-app-isolated-in-scope", "isolated-app-frozen-whole", "isolated-app-terminated-whole",
-        "unit-started-again-outlives-the-grace",
+        "unit-started-again-outlives-the-grace", "idle-inhibited-while-in-background", "idle-released-after-the-linger",
     ]
 
     /// Socket activation, STATUS=, reload, watchdog, restart without loss, journal fields and bgtaskctl under

@@ -268,5 +268,32 @@ else
 fi
 systemctl stop bgtaskd-restarting.service bgtaskd-term.service
 
+# KeepAwake=: while an app runs in the background (uid 65534's here, holding a task), bgtaskd
+# holds logind's idle inhibitor, as the service's user, with polkit's leave; once none
+# does, it lets it go after its 2 s linger. Only idle: a suspend asked for is not delayed.
+inhibitors() { systemd-inhibit --list --no-legend 2>&1; }
+idle_held() { inhibitors | grep -Eq '^bgtaskd +[0-9]+ .* idle +Apps run in the background \(bgtaskctl apps\) +block$'; }
+held_before=$(inhibitors)
+scoped setpriv --reuid=65534 --regid=65534 --clear-groups "$ctl" run --name awake -- sleep 60 &
+awake_app=$!
+until_true 5 sh -c "\"$ctl\" --no-legend tasks | grep -q ' awake granted '"
+foreground_held=$(inhibitors)
+"$ctl" background "$awake_app" >/dev/null
+if ! echo "$held_before$foreground_held" | grep -q '^bgtaskd' && until_true 5 idle_held \
+   && [ "$(inhibitors | grep '^bgtaskd' | sed -E 's/^bgtaskd +([0-9]+) .*/\1/')" = "$(stat -c %u /proc/"$(main_pid)")" ] \
+   && journalctl -u bgtaskd.service --no-pager | grep -q 'kept from idle-suspending while apps run in the background'; then
+    ok idle-inhibited-while-in-background
+else
+    fail idle-inhibited-while-in-background "before: $held_before; in the foreground: $foreground_held; now: $(inhibitors); $(journalctl -u bgtaskd.service --no-pager | grep -i 'idle-suspend' | tail -2 | tr '\n' ' ')"
+fi
+kill "$awake_app" 2>/dev/null
+if until_true 5 sh -c "! \"$ctl\" --no-legend apps | grep -q '^ *$awake_app '" && idle_held \
+   && until_true 5 sh -c "! systemd-inhibit --list --no-legend | grep -q '^bgtaskd '" \
+   && journalctl -u bgtaskd.service --no-pager | grep -q 'may idle-suspend again'; then
+    ok idle-released-after-the-linger
+else
+    fail idle-released-after-the-linger "$(inhibitors); $("$ctl" --no-legend apps | tr '\n' ' ')"
+fi
+
 kill "$monitor" 2>/dev/null
 echo done >> "$out"

@@ -42,6 +42,7 @@ boot_container() {
 # account files in $work/etc. Then `boot_session_container NAME [ARGS]` boots it with those
 # and PAM bound in, $work/run as /opt/run.
 session_uid=4242
+daemon_uid=4243
 prepare_session_container() {
     make -s -C "$repo" install-files DESTDIR="$work/dest" PREFIX=/opt/bgtaskd SYSCONFDIR=/opt/bgtaskd/etc >/dev/null
     units=$work/units
@@ -52,6 +53,10 @@ prepare_session_container() {
     echo "bgsession:x:$session_uid:$session_uid:bgtaskd session:/run/user/$session_uid:/bin/sh" >> "$work/etc/passwd"
     echo "bgsession:x:$session_uid:" >> "$work/etc/group"
     echo "bgsession:!:19000:0:99999:7:::" >> "$work/etc/shadow"
+    # The service's user (sysusers.d/bgtaskd.conf; these bound copies cannot be written at boot).
+    echo "bgtaskd:x:$daemon_uid:$daemon_uid:bgtaskd:/:/usr/sbin/nologin" >> "$work/etc/passwd"
+    echo "bgtaskd:x:$daemon_uid:" >> "$work/etc/group"
+    echo "bgtaskd:!:19000::::::" >> "$work/etc/shadow"
 }
 
 # The host's fontconfig (its configuration and its cache) comes along, as on a desktop: without

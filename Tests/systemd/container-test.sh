@@ -30,4 +30,8 @@ ExecStopPost=/bin/systemctl --no-block poweroff
 UNIT
 ln -s ../bgtaskd-checks.service "$units/multi-user.target.wants/bgtaskd-checks.service"
 
-boot_container bgtaskd-test --bind-ro="$work/dest/opt/bgtaskd:/opt/bgtaskd" || exit 1
+# The service's user, made at boot by systemd-sysusers in the empty /etc (as polkitd's, from
+# the host's /usr/lib/sysusers.d: logind asks polkit whether bgtaskd may take its idle
+# inhibitor).
+boot_container bgtaskd-test --bind-ro="$work/dest/opt/bgtaskd:/opt/bgtaskd" \
+    --bind-ro="$work/dest/opt/bgtaskd/lib/sysusers.d/bgtaskd.conf:/etc/sysusers.d/bgtaskd.conf" || exit 1
