@@ -93,7 +93,7 @@ import TestSupport
         defer { _ = try? Self.run(["/bin/rm", "-rf", prefix]) }
         var runtime = Array("/tmp/bgtaskd-xdg-XXXXXX".utf8CString)
         let xdg = String(cString: mkdtemp(&runtime)!)
-        defer { rmdir(xdg) }
+        defer { removeTree(xdg) }  // with what systemd-analyze made in it
         let environment = ["PATH=/usr/bin:/bin", "MANPATH=\(prefix)/share/man", "XDG_RUNTIME_DIR=\(xdg)"]
         let system = try Self.run(["/usr/bin/systemd-analyze", "verify", prefix + "/lib/systemd/system/bgtaskd.socket",
                                    prefix + "/lib/systemd/system/bgtaskd.service"], environment: environment)

@@ -365,3 +365,20 @@ public func temporaryDirectory(_ prefix: String) throws -> String {
     guard let made = mkdtemp(&template) else { throw Errno.current("mkdtemp") }
     return String(cString: made)
 }
+
+/// Removes `path` and all below it, following no symbolic link: a directory a test made,
+/// with whatever the test and its daemon left in it.
+public func removeTree(_ path: String) {
+    var info = stat()
+    guard lstat(path, &info) == 0 else { return }
+    guard info.st_mode & S_IFMT == S_IFDIR, let directory = opendir(path) else {
+        unlink(path)
+        return
+    }
+    while let entry = readdir(directory) {
+        let name = withUnsafeBytes(of: entry.pointee.d_name) { String(cString: $0.bindMemory(to: CChar.self).baseAddress!) }
+        if name != "." && name != ".." { removeTree(path + "/" + name) }
+    }
+    closedir(directory)
+    rmdir(path)
+}

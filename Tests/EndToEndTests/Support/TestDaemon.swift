@@ -87,9 +87,7 @@ final class TestDaemon {
         guard !handedOver else { return }
         try? process.signal(SIGTERM)
         _ = try? process.wait(timeout: 5)
-        for file in [socketPath, logPath, statePath, statePath + ".new", stateDirectory + "/bgtaskd.lock"] { unlink(file) }
-        rmdir(stateDirectory)
-        rmdir(directory)
+        removeTree(directory)  // with what the test wrote there (its scripts, its workers' pids)
     }
 
     /// Where the daemon keeps its state: `state/` in the socket's directory.
