@@ -54,9 +54,9 @@ prepare_session_container() {
     echo "bgsession:x:$session_uid:" >> "$work/etc/group"
     echo "bgsession:!:19000:0:99999:7:::" >> "$work/etc/shadow"
     # The service's user (sysusers.d/bgtaskd.conf; these bound copies cannot be written at boot).
-    echo "bgtaskd:x:$daemon_uid:$daemon_uid:bgtaskd:/:/usr/sbin/nologin" >> "$work/etc/passwd"
-    echo "bgtaskd:x:$daemon_uid:" >> "$work/etc/group"
-    echo "bgtaskd:!:19000::::::" >> "$work/etc/shadow"
+    echo "_bgtaskd:x:$daemon_uid:$daemon_uid:bgtaskd:/:/usr/sbin/nologin" >> "$work/etc/passwd"
+    echo "_bgtaskd:x:$daemon_uid:" >> "$work/etc/group"
+    echo "_bgtaskd:!:19000::::::" >> "$work/etc/shadow"
 }
 
 # The host's fontconfig (its configuration and its cache) comes along, as on a desktop: without
@@ -68,4 +68,44 @@ boot_session_container() {
     boot_container "$machine" --bind-ro="$work/dest/opt/bgtaskd:/opt/bgtaskd" --bind-ro="$work/run:/opt/run" "${fonts[@]}" \
         --bind-ro=/etc/pam.d --bind-ro=/etc/security --bind-ro=/etc/login.defs \
         --bind-ro="$work/etc/passwd:/etc/passwd" --bind-ro="$work/etc/group:/etc/group" --bind-ro="$work/etc/shadow:/etc/shadow" "$@"
+}
+
+# Boots systemd 252 in a throw-away container whose root is the host's under an overlay on a
+# tmpfs, in a mount namespace of its own (nspawn's --volatile=overlay refuses the host's
+# root): dpkg can write to /usr and /etc, nothing reaches the host. COMMAND runs as a
+# oneshot unit there, then powers it off; it writes its results to /out/results (at least
+# one line) and anything else to /out. Prints the results, or fails without any.
+boot_overlay_container() {
+    local machine=$1 command=$2 status=0
+    shift 2
+    mkdir -p "$work/out" "$work/wants" "$work/overlay"
+    cat > "$work/checks.service" <<UNIT
+[Unit]
+Description=bgtaskd checks
+After=multi-user.target
+[Service]
+Type=oneshot
+ExecStart=$command
+ExecStopPost=/bin/systemctl --no-block poweroff
+UNIT
+    ln -sf /etc/systemd/system/checks.service "$work/wants/checks.service"
+    unshare -m --propagation private sh -c '
+        set -e
+        work=$1 machine=$2
+        shift 2
+        mount -t tmpfs tmpfs "$work/overlay"
+        mkdir -p "$work/overlay/upper" "$work/overlay/work" "$work/overlay/root"
+        mount -t overlay overlay -o "lowerdir=/,upperdir=$work/overlay/upper,workdir=$work/overlay/work" "$work/overlay/root"
+        export SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1
+        exec timeout 240 systemd-nspawn --register=no --keep-unit -D "$work/overlay/root" --machine="$machine-$$" \
+            --bind="$work/out:/out" --bind-ro="$work/checks.service:/etc/systemd/system/checks.service" \
+            --bind-ro="$work/wants:/etc/systemd/system/multi-user.target.wants" "$@" \
+            /bin/sh -c "exec /lib/systemd/systemd --system systemd.firstboot=off"
+    ' sh "$work" "$machine" "$@" </dev/null >"$work/nspawn.log" 2>&1 || status=$?
+    if [ ! -s "$work/out/results" ]; then
+        echo "fail container: no results (systemd-nspawn exited $status)"
+        tail -30 "$work/nspawn.log" | sed 's/^/  | /'
+        return 1
+    fi
+    cat "$work/out/results"
 }

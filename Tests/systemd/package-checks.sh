@@ -21,7 +21,7 @@ check daemon-not-yet-started sh -c '! systemctl is-active -q bgtaskd.service'
 check status-starts-daemon bgtaskctl status
 check daemon-started within 50 systemctl is-active bgtaskd.service
 # The service runs as the system user the package made (postinst: systemd-sysusers).
-check service-user sh -c 'getent passwd bgtaskd && [ "$(stat -c %U /proc/$(systemctl show -P MainPID bgtaskd.service))" = bgtaskd ]'
+check service-user sh -c 'getent passwd _bgtaskd && [ "$(stat -c %U /proc/$(systemctl show -P MainPID bgtaskd.service))" = _bgtaskd ]'
 # Every user reaches the system socket once the daemon runs.
 check unprivileged-reaches-socket setpriv --reuid=65534 --regid=65534 --clear-groups bgtaskctl status
 check config-is-conffile sh -c 'dpkg-query -W -f="\${Conffiles}" bgtaskd | grep -q /etc/bgtaskd/bgtaskd.conf'
@@ -50,7 +50,7 @@ check background bgtaskctl background "$app"
 check example-began within 50 grep -q "began background task" example.log
 # Running in the background, it keeps the machine from idle-suspending (KeepAwake=): logind's
 # inhibitor, held by the service's user over the system bus, with polkit's leave.
-check idle-inhibited within 50 sh -c 'systemd-inhibit --list --no-legend | grep -Eq "^bgtaskd +[0-9]+ bgtaskd .* idle .* block$"'
+check idle-inhibited within 50 sh -c 'systemd-inhibit --list --no-legend | grep -Eq "^bgtaskd +[0-9]+ _bgtaskd .* idle .* block$"'
 # Upgrade in the middle of the task: the daemon is restarted and keeps it.
 before=$(systemctl show -P MainPID bgtaskd.service)
 check upgrade dpkg -i /debs/bgtaskd_*.deb
