@@ -10,14 +10,18 @@ import BGTaskSystem
 extension Daemon {
     /// In `endPass`: one comparison unless whether apps run in the background changed.
     func keepAwakeIfNeeded(at now: Instant) {
-        let wanted = inPlace { $0.backgroundApps > 0 && $0.configuration.keepAwake == .yes }
+        let wanted = awakeWanted
         if wanted != awake.wanted { carryOut(awake.update(wanted: wanted, at: now)) }
     }
 
     /// `Wait.keepAwake`: the linger or the retry delay is over.
     func recheckAwake() {
-        let wanted = inPlace { $0.backgroundApps > 0 && $0.configuration.keepAwake == .yes }
-        carryOut(awake.update(wanted: wanted, at: now))
+        carryOut(awake.update(wanted: awakeWanted, at: now))
+    }
+
+    /// Whether apps run in the background, and `KeepAwake=yes`.
+    private var awakeWanted: Bool {
+        inPlace { $0.backgroundApps > 0 && $0.configuration.keepAwake == .yes }
     }
 
     private func carryOut(_ step: AwakeHold.Step) {
