@@ -1,18 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
 # Runs inside the container of package-test.sh, as root under systemd 252.
-out=/out/results
-: > "$out"
-ok() { echo "ok $1" >> "$out"; }
-fail() { echo "fail $1: $2" >> "$out"; }
-check() { local name=$1; shift; if "$@" >/tmp/check.log 2>&1; then ok "$name"; else fail "$name" "$(tail -3 /tmp/check.log | tr '\n' ' ')"; fi; }
-# Waits up to $1 tenths of a second for "$2..." to succeed.
-within() { local n=$1; shift; for _ in $(seq "$n"); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done; "$@"; }
-
-export DEBIAN_FRONTEND=noninteractive
-# The host is a Docker-built image whose policy-rc.d forbids starting services; the
-# container is a real machine here, as a user's would be.
-rm -f /usr/sbin/policy-rc.d
+. "$(dirname "$0")/package-checks-lib.sh"
 check install dpkg -i /debs/bgtaskd_*.deb /debs/libbgtask0_*.deb /debs/libbgtask-dev_*.deb
 check socket-enabled systemctl is-enabled bgtaskd.socket
 check socket-listening within 50 systemctl is-active bgtaskd.socket

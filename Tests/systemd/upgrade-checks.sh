@@ -1,17 +1,9 @@
 #!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
 # Runs inside the container of upgrade-test.sh, as root under systemd 252.
-out=/out/results
-: > "$out"
-ok() { echo "ok $1" >> "$out"; }
-fail() { echo "fail $1: $2" >> "$out"; }
-check() { local name=$1; shift; if "$@" >/tmp/check.log 2>&1; then ok "$name"; else fail "$name" "$(tail -3 /tmp/check.log | tr '\n' ' ')"; fi; }
-# Waits up to $1 tenths of a second for "$2..." to succeed.
-within() { local n=$1; shift; for _ in $(seq "$n"); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done; "$@"; }
+. "$(dirname "$0")/package-checks-lib.sh"
 diagnose() { echo "$1: $(ls -la /run/bgtaskd-state /run/bgtaskd-state/state /run/private 2>&1 | tr '\n' ' ')" >> /out/diagnostics; }
 
-export DEBIAN_FRONTEND=noninteractive
-rm -f /usr/sbin/policy-rc.d  # the host image's, which forbids starting services
 check install-old dpkg -i /old/bgtaskd_*.deb /old/libbgtask0_*.deb
 check old-serves bgtaskctl status
 diagnose before

@@ -16,7 +16,7 @@ new=$(cd "${2:-$repo/build/deb}" && pwd)
 . "$repo/Tests/systemd/container-lib.sh" bgtaskd-upgrade
 ls "$old"/bgtaskd_*.deb "$old"/libbgtask0_*.deb "$new"/bgtaskd_*.deb "$new"/libbgtask0_*.deb >/dev/null
 mkdir -p "$work/checks"
-cp "$repo/Tests/systemd/upgrade-checks.sh" "$work/checks/"
+cp "$repo/Tests/systemd/upgrade-checks.sh" "$repo/Tests/systemd/package-checks-lib.sh" "$work/checks/"
 boot_overlay_container bgtaskd-upgrade "/bin/bash /checks/upgrade-checks.sh" \
     --bind-ro="$old:/old" --bind-ro="$new:/new" --bind-ro="$work/checks:/checks" || exit 1
 if grep -q "^fail" "$work/out/results"; then cat "$work/out/diagnostics" 2>/dev/null; fi
