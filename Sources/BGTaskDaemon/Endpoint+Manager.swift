@@ -93,6 +93,8 @@ extension Daemon {
             "suspendedApps": .int(Int64(counts[.suspended, default: 0])),
             "connections": .int(Int64(uid.map { accounts[$0]?.connections ?? 0 } ?? connections.count)),
             "uptime": Wire.seconds(.nanoseconds(loop.now - startedAt)),
+            // The machine's, not the caller's: `systemd-inhibit --list` shows it to anyone.
+            "idleInhibited": .bool(awakeLock != nil),
         ]
     }
 }

@@ -18,6 +18,7 @@ enum StatusVerb {
                  Apps: \(count("apps")) (\(count("backgroundApps")) background, \(count("suspendedApps")) suspended)
                 Tasks: \(count("tasks"))
           Connections: \(count("connections"))
+           Keep awake: \(status["idleInhibited"]?.boolValue == true ? "yes (logind's idle inhibitor held: apps run in the background)" : "no")
 
         """)
         print(AppsVerb.table(apps).render(legend: context.legend, noun: "app"), terminator: "")

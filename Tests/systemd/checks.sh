@@ -281,7 +281,9 @@ foreground_held=$(inhibitors)
 "$ctl" background "$awake_app" >/dev/null
 if ! echo "$held_before$foreground_held" | grep -q '^bgtaskd' && until_true 5 idle_held \
    && [ "$(inhibitors | grep '^bgtaskd' | sed -E 's/^bgtaskd +([0-9]+) .*/\1/')" = "$(stat -c %u /proc/"$(main_pid)")" ] \
-   && journalctl -u bgtaskd.service --no-pager | grep -q 'kept from idle-suspending while apps run in the background'; then
+   && journalctl -u bgtaskd.service --no-pager | grep -q 'kept from idle-suspending while apps run in the background' \
+   && "$ctl" status | grep -q '^   Keep awake: yes (logind.s idle inhibitor held' \
+   && setpriv --reuid=65534 --regid=65534 --clear-groups "$ctl" --json status | grep -q '"idleInhibited":true'; then
     ok idle-inhibited-while-in-background
 else
     fail idle-inhibited-while-in-background "before: $held_before; in the foreground: $foreground_held; now: $(inhibitors); $(journalctl -u bgtaskd.service --no-pager | grep -i 'idle-suspend' | tail -2 | tr '\n' ' ')"
@@ -289,7 +291,8 @@ fi
 kill "$awake_app" 2>/dev/null
 if until_true 5 sh -c "! \"$ctl\" --no-legend apps | grep -q '^ *$awake_app '" && idle_held \
    && until_true 5 sh -c "! systemd-inhibit --list --no-legend | grep -q '^bgtaskd '" \
-   && journalctl -u bgtaskd.service --no-pager | grep -q 'may idle-suspend again'; then
+   && journalctl -u bgtaskd.service --no-pager | grep -q 'may idle-suspend again' \
+   && "$ctl" status | grep -q '^   Keep awake: no$'; then
     ok idle-released-after-the-linger
 else
     fail idle-released-after-the-linger "$(inhibitors); $("$ctl" --no-legend apps | tr '\n' ' ')"
