@@ -6,8 +6,10 @@ import Glibc
 /// connection of its own to the system bus: the answer — the lock's descriptor, or why not —
 /// comes to a closure on the event loop; nothing waits. The lock is the descriptor (closing it
 /// releases it), so the connection is kept only until the answer: the caller drops the
-/// request then (not inside the closure: the connection is calling it). Nothing else is read
-/// from the bus. `org.freedesktop.login1(5)`
+/// request then (not inside the closure: the connection is calling it). Nothing else is asked
+/// of the bus; what another peer sends meanwhile is dropped (a call answered "unknown
+/// object" by sd-bus itself), and the connection lives 25 s at most (sd-bus's call timeout).
+/// `org.freedesktop.login1(5)`
 public final class InhibitorRequest {
     private let bus: OpaquePointer
     private let answer: Answer
