@@ -87,7 +87,9 @@ final class TestDaemon {
         guard !handedOver else { return }
         try? process.signal(SIGTERM)
         _ = try? process.wait(timeout: 5)
-        removeTree(directory)  // with what the test wrote there (its scripts, its workers' pids)
+        // With what the test wrote there (its scripts, its workers' pids); kept, log and
+        // state, where `BGTASKD_TEST_KEEP` is set (a failure to look at afterwards).
+        if getenv("BGTASKD_TEST_KEEP") == nil { removeTree(directory) }
     }
 
     /// Where the daemon keeps its state: `state/` in the socket's directory.
