@@ -349,6 +349,23 @@ extension BackgroundModel {
         settleWatch(app, before: watched, effects: &effects)
     }
 
+    /// The record of a termination's `SIGKILL` put off (`advance`): "App pid 1234 was still to
+    /// be sent its SIGTERM when its terminate grace ran out, 2.3s late (the daemon was held
+    /// up): the grace from now, 3s".
+    static func killPutOff(_ process: ProcessIdentity, uid: UInt32, signal: TerminateSignal, late: Duration, grace: Duration) -> LogEntry {
+        let message = String(capacity: 192) { message in  // two spans of at most 40 bytes
+            message.append("App pid ")
+            message.append(decimal: Int64(process.pid))
+            message.append(" was still to be sent its ")
+            message.append(signal.description)
+            message.append(" when its terminate grace ran out, ")
+            message.append(timeSpan: late)
+            message.append(" late (the daemon was held up): the grace from now, ")
+            message.append(timeSpan: grace)
+        }
+        return LogEntry(priority: .warning, kind: .appTerminated, message: message, app: process, uid: uid)
+    }
+
     /// A catchable termination's grace (`nil`: a `SIGKILL` termination, or none under way).
     public func terminationGrace(of app: ProcessIdentity) -> Duration? { terminating[app]?.grace }
 
@@ -479,7 +496,21 @@ extension BackgroundModel {
                 }
             case let .kill(process):
                 // (An entry before the termination's `killAt`: its grace began again at the signal.)
-                guard let termination = terminating[process], termination.killAt <= at else { continue }
+                guard var termination = terminating[process], termination.killAt <= at else { continue }
+                if now > at, termination.unsent != nil, let grace = termination.grace, killsPutOff.insert(process).inserted {
+                    // Its signal still to go out, in a late pass: the daemon was held up past
+                    // the grace (the signal's bound, `Enforcer.signalBound`, is at most half
+                    // of it, and fires first in this pass). The grace from now, as from a
+                    // signal sent now — `SIGTERM` and `SIGKILL` back to back would give the
+                    // handler no time.
+                    termination.killAt = now + grace
+                    terminating[process] = termination
+                    apps.touch(process)
+                    timers.insert(.kill(process), at: termination.killAt)
+                    effects.append(.log(Self.killPutOff(process, uid: termination.uid, signal: termination.unsent!, late: now - at, grace: grace)))
+                    continue
+                }
+                killsPutOff.remove(process)
                 terminating[process] = nil
                 apps.touch(process)
                 effects.append(.kill(process, uid: termination.uid))

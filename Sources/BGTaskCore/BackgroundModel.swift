@@ -68,6 +68,10 @@ public struct BackgroundModel {
     /// Processes sent a catchable terminate signal, and when their grace runs out (the
     /// `SIGKILL`). Changes are noted in `apps`, whose entry for the process is gone.
     var terminating: [ProcessIdentity: Termination] = [:]
+    /// The terminations whose `SIGKILL` fell due before their catchable signal went out (a
+    /// held-up daemon), given their grace again from then, once (`advance`). Not saved: a
+    /// restart gives an unsent signal its grace anyway.
+    var killsPutOff: Set<ProcessIdentity> = []
     var timers = TimerQueue()
     /// The daemon's waits armed, each by the serial of its current timer entry.
     var waits: [Wait: UInt64] = [:]

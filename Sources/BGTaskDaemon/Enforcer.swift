@@ -565,9 +565,10 @@ final class Enforcer {
     func kill(_ app: ProcessIdentity, uid: UInt32) {
         defer { forgetLeftOut() }
         // Its processes not all stopped by the bound (a `SIGKILL` termination's kill), or a
-        // grace too short for even the first look at them (`signalBound`: half of it, after a
-        // millisecond's spacing): signalled now (`SIGKILL`: that is all; a catchable signal is
-        // followed by `SIGKILL` below).
+        // catchable signal still not sent when even the grace the model gave it again ran out
+        // (`BackgroundModel.advance`: a daemon held up past the first, whose signal's bound
+        // fell due in the same pass, is given it once more): signalled now (`SIGKILL`: that
+        // is all; a catchable signal is followed by `SIGKILL` below).
         if let stopping = takeStopping(app) {
             log(.notice, about: uid, "App \(app) (\(stopping.command)): not every process of it had stopped when its \(stopping.signal == Signal.kill ? "termination's bound" : "terminate grace") ran out; signalled all the same")
             signalTermination(app, stopping, at: nil)

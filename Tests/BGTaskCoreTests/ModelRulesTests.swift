@@ -620,6 +620,44 @@ import Testing
         #expect(killed.take().contains(.kill(other, uid: 1000)))
     }
 
+    /// A daemon held up past a termination's grace while it waited for the processes' stops:
+    /// the signal and the `SIGKILL` fall due in one late pass. The kill is put off, once: the
+    /// grace from then (the signal goes out in that pass; when the daemon reports it, the
+    /// grace runs from the report). Logged. One not reported sent by then is killed; a
+    /// `SIGKILL` termination, or a signal sent in time, is killed when due.
+    @Test func aKillDueBeforeItsSignalWentOutGivesTheGraceFromThen() throws {
+        var h = ModelHarness { $0.terminateSignal = .term; $0.terminateGrace = .seconds(2) }
+        let held = try h.app(pid: 100), never = try h.app(pid: 101), sent = try h.app(pid: 102)
+        for app in [held, never, sent] { try h.model.terminate(app, at: h.now, effects: &h.effects) }  // at 0
+        h.model.terminationSignalled(sent, at: .seconds(0.5))
+        _ = h.take()
+        h.at(2.5)  // the pass that should have been at 2 (and at 0.5)
+        let late = h.take()
+        #expect(late.contains(.kill(sent, uid: 1000)))
+        #expect(!late.contains(.kill(held, uid: 1000)) && !late.contains(.kill(never, uid: 1000)))
+        let logs = late.compactMap { if case let .log(entry) = $0 { entry } else { nil } }
+        #expect(logs.map(\.message).sorted() == [100, 101].map {
+            "App pid \($0) was still to be sent its SIGTERM when its terminate grace ran out, 500ms late (the daemon was held up): the grace from now, 2s"
+        })
+        #expect(logs.allSatisfy { $0.priority == .warning && $0.kind == .appTerminated && $0.uid == 1000 })
+        #expect(h.model.savedState().terminating[held]?.killAt == .seconds(4.5))  // saved
+        h.model.terminationSignalled(held, at: .seconds(2.5))  // the same pass
+        #expect(h.model.unsentTerminations.map(\.process) == [never])
+        h.at(4.499)
+        #expect(h.take().isEmpty)
+        h.at(4.5)
+        let due = h.take()
+        #expect(due.count == 4 && [Effect.kill(held, uid: 1000), .unwatch(held), .kill(never, uid: 1000), .unwatch(never)].allSatisfy(due.contains))
+        #expect(h.model.savedState().terminating.isEmpty && h.model.killsPutOff.isEmpty)
+
+        var killed = ModelHarness { $0.terminateSignal = .kill }
+        let other = try killed.app(pid: 103)
+        try killed.model.terminate(other, at: killed.now, effects: &killed.effects)
+        _ = killed.take()
+        killed.at(5)
+        #expect(killed.take() == [.kill(other, uid: 1000), .unwatch(other)])
+    }
+
     /// A catchable signal is `unsent` until the daemon reports it sent; a restart finds the
     /// ones its predecessor had not sent (it was waiting for their processes' stops), for the
     /// daemon to send, and gives each its grace from the restart: no `SIGKILL` before it, not

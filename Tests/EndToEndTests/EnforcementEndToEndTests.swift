@@ -162,6 +162,41 @@ import Varlink
         try waitUntil("the frozen child killed too") { unstoppable.child.hasExited }
     }
 
+    /// A daemon held up (here stopped) while a termination waits for its processes' stops,
+    /// past the whole grace: the signal's bound and the `SIGKILL` fall due in one late pass.
+    /// The signal goes out and the grace runs from it: the handler runs to its end, then
+    /// `SIGKILL`. Before, `SIGTERM` and `SIGKILL` went out back to back (the handler never
+    /// printed a line) — what a restarted daemon held up on a loaded machine did once in the
+    /// suite (`RestartTests`). Also for uid 65534's app.
+    @Test(.enabled(if: Capabilities.cgroupsWritable && getuid() == 0, "needs a writable cgroup v2 hierarchy and setpriv (root)"),
+          arguments: [false, true])
+    func aDaemonHeldUpPastATerminationsGraceStillGivesItsSignalTheGrace(asNobody: Bool) throws {
+        let unstoppable = try UnstoppableApp("held-up-\(asNobody)", handler: 1, asNobody: asNobody)
+        let app = unstoppable.app
+        let daemon = try TestDaemon(["TerminateSignal=SIGTERM", "TerminateGraceSec=2s"])
+        try daemon.setState(app.pid, "foreground")  // known to the daemon; running
+        let start = Clock.monotonicNanoseconds()
+        try daemon.manager("Terminate", ["pid": .int(Int64(app.pid))])
+        try waitUntil("the app stopped", timeout: 1) { processState(app.pid) == "T" }
+        try daemon.process.signal(SIGSTOP)
+        defer { try? daemon.process.signal(SIGCONT) }
+        // The signal's bound (1s) and the grace (2s) pass while the daemon is stopped: the
+        // precondition, not a wait for an event (a stopped daemon makes none).
+        waitForInstant(start + 2_300_000_000)
+        // Still stopped: the signal did not go out before the daemon was.
+        try #require(processState(app.pid) == "T", "the app was signalled before the daemon was stopped")
+        let continued = Clock.monotonicNanoseconds()
+        try daemon.process.signal(SIGCONT)
+        try app.expectLine("got-term")
+        try app.expectLine("handled")
+        #expect(Spawned.terminatingSignal(try app.wait(timeout: 5)) == SIGKILL)
+        let killed = Double(Clock.monotonicNanoseconds() - continued) / 1e9
+        #expect(killed >= 1 && killed < 2 + 1, "SIGKILL came \(killed)s after the daemon went on; the grace is 2s")
+        #expect(daemon.logged { $0.contains("App pid \(app.pid) was still to be sent its SIGTERM when its terminate grace ran out, ")
+            && $0.contains(" late (the daemon was held up): the grace from now, 2s") })
+        try waitUntil("the frozen child killed too") { unstoppable.child.hasExited }
+    }
+
     @Test func straySIGCONTIsNoticedAndTheAppStoppedAgain() throws {
         let daemon = try TestDaemon(["SuspendMode=signal"])
         let app = try Spawned("/bin/sleep", ["60"])
