@@ -27,6 +27,9 @@ public struct AwakeHold: Sendable {
     private var unwantedSince: Instant?
     /// When logind last refused (or could not be reached).
     private var refusedAt: Instant?
+    /// Whether logind's last answer was a refusal (or it could not be reached): asked again
+    /// `retryDelay` after it while apps run in the background.
+    public var refused: Bool { refusedAt != nil }
 
     public static let linger = Duration.seconds(2)
     public static let retryDelay = Duration.seconds(60)

@@ -19,6 +19,21 @@ extension Daemon {
         carryOut(awake.update(wanted: awakeWanted, at: now))
     }
 
+    /// What `GetStatus` says of `KeepAwake=` (`keepAwake`, and `keepAwakeError` when
+    /// refused): `held` (the inhibitor), `asking` (logind not answered yet), `refused`
+    /// (apps run in the background; asked again a minute after the refusal), `off`
+    /// (`KeepAwake=no`), `idle` (no app runs in the background).
+    var keepAwakeStatus: (state: String, error: String?) {
+        switch awake.holding {
+        case .held: return ("held", nil)
+        case .asking: return ("asking", nil)
+        case .none:
+            if inPlace({ $0.configuration.keepAwake == .no }) { return ("off", nil) }
+            if awake.wanted, awake.refused { return ("refused", awakeRefusal) }
+            return ("idle", nil)
+        }
+    }
+
     /// Whether apps run in the background, and `KeepAwake=yes`.
     private var awakeWanted: Bool {
         inPlace { $0.backgroundApps > 0 && $0.configuration.keepAwake == .yes }
@@ -58,14 +73,14 @@ extension Daemon {
         switch result {
         case let .success(lock):
             awakeLock = lock
-            awakeRefusalLogged = false
+            awakeRefusal = nil
             log(.info, "The machine is kept from idle-suspending while apps run in the background (a logind inhibitor)")
             carryOut(awake.answered(taken: true, at: now))
         case let .failure(error):
-            if !awakeRefusalLogged {
+            if awakeRefusal == nil {
                 log(.notice, "The machine may idle-suspend while apps run in the background: \(error); asking again in a minute")
-                awakeRefusalLogged = true
             }
+            awakeRefusal = "\(error)"
             carryOut(awake.answered(taken: false, at: now))
         }
     }

@@ -40,7 +40,9 @@ public final class Daemon {
     var awake = AwakeHold()
     var awakeRequest: InhibitorRequest?
     var awakeLock: FileDescriptor?
-    var awakeRefusalLogged = false
+    /// Why logind's inhibitor was refused (or could not be asked for), while it is not held:
+    /// logged once until the next lock, and said by `GetStatus` (`keepAwake`).
+    var awakeRefusal: String?
     /// Waits for an app's processes to land in the scope asked for.
     /// Apps being moved into a scope of their own: its name, and how many more looks.
     var scopeChecks: [ProcessIdentity: (name: String, left: Int)] = [:]

@@ -85,7 +85,8 @@ extension Daemon {
     private func status(for connection: Connection) -> [String: JSON] {
         let uid = visibleUID(connection)
         let counts = uid.map { model.stateCounts(ownedBy: $0) } ?? model.stateCounts
-        return [
+        let keepAwake = keepAwakeStatus
+        var status: [String: JSON] = [
             "version": .string(InterfaceDescription.version),
             "apps": .int(Int64(uid.map { model.appCount(ownedBy: $0) } ?? model.appCount)),
             "tasks": .int(Int64(uid.map { model.taskCount(ownedBy: $0) } ?? model.taskCount)),
@@ -95,6 +96,9 @@ extension Daemon {
             "uptime": Wire.seconds(.nanoseconds(loop.now - startedAt)),
             // The machine's, not the caller's: `systemd-inhibit --list` shows it to anyone.
             "idleInhibited": .bool(awakeLock != nil),
+            "keepAwake": .string(keepAwake.state),
         ]
+        if let error = keepAwake.error { status["keepAwakeError"] = .string(error) }
+        return status
     }
 }

@@ -18,9 +18,22 @@ enum StatusVerb {
                  Apps: \(count("apps")) (\(count("backgroundApps")) background, \(count("suspendedApps")) suspended)
                 Tasks: \(count("tasks"))
           Connections: \(count("connections"))
-           Keep awake: \(status["idleInhibited"]?.boolValue == true ? "yes (logind's idle inhibitor held: apps run in the background)" : "no")
+           Keep awake: \(keepAwake(status))
 
         """)
         print(AppsVerb.table(apps).render(legend: context.legend, noun: "app"), terminator: "")
+    }
+
+    /// `KeepAwake=` as the daemon says it (`keepAwake`; a daemon older than that field, only
+    /// whether the inhibitor is held).
+    static func keepAwake(_ status: [String: JSON]) -> String {
+        switch status["keepAwake"]?.stringValue {
+        case "held"?: "yes (logind's idle inhibitor held: apps run in the background)"
+        case "asking"?: "not yet (logind's idle inhibitor asked for: apps run in the background)"
+        case "refused"?: "no: logind's idle inhibitor refused (\(status["keepAwakeError"]?.stringValue ?? "no reason given")); asked again each minute while apps run in the background"
+        case "off"?: "no (KeepAwake=no)"
+        case "idle"?: "no (no app runs in the background)"
+        default: status["idleInhibited"]?.boolValue == true ? "yes (logind's idle inhibitor held)" : "no"
+        }
     }
 }

@@ -42,7 +42,7 @@ import Varlink
         #expect(table.contains("suspended"))
         let (_, status) = try daemon.ctl(["status"])
         #expect(status.contains("Apps: 1 (0 background, 1 suspended)"))
-        #expect(status.contains("   Keep awake: no\n"))  // no system bus for test daemons
+        #expect(status.contains("   Keep awake: no (no app runs in the background)\n"))  // suspended at once
         let lines = status.split(separator: "\n")
         let header = try #require(lines.first { $0.hasPrefix("PID") })
         let row = try #require(lines.first { $0.hasPrefix("\(app.pid) ") })

@@ -68,20 +68,43 @@ import Varlink
     /// `SystemdTests.underARealSystemd`, `idle-inhibited-while-in-background`.)
     @Test func anUnreachableLogindIsSaidOnceAndChangesNothingElse() throws {
         let daemon = try TestDaemon(Self.budget)
-        let line = "The machine may idle-suspend while apps run in the background: ask logind for an inhibitor on the system bus: No such file or directory; asking again in a minute"
+        let error = "ask logind for an inhibitor on the system bus: No such file or directory"
+        let line = "The machine may idle-suspend while apps run in the background: \(error); asking again in a minute"
         #expect(!daemon.log().contains { $0.contains("idle-suspend") })
+        let keepAwake = { () throws -> [String?] in
+            let status = try daemon.manager("GetStatus")
+            return [status["keepAwake"]?.stringValue, status["keepAwakeError"]?.stringValue, status["idleInhibited"]?.boolValue.map { "\($0)" }]
+        }
+        #expect(try keepAwake() == ["idle", nil, "false"])
         for round in 1...2 {
             let probe = try daemon.probe()
             let id = try probe.begin("upload")
             try waitUntil("the task granted") { try daemon.tasks(probe.pid).first?["state"]?.stringValue == "granted" }
             try daemon.setState(probe.pid, "background")
             try waitUntil("the task expiring") { try daemon.tasks(probe.pid).first?["state"]?.stringValue == "expiring" }
+            // Said to every caller alike, and by bgtaskctl.
+            #expect(try keepAwake() == ["refused", error, "false"], "round \(round)")
+            let (_, status) = try daemon.ctl(["status"], asUser: getuid() == 0 ? 65534 : nil)
+            #expect(status.contains("   Keep awake: no: logind's idle inhibitor refused (\(error)); asked again each minute while apps run in the background\n"))
             try probe.send("end \(id)")
             try waitUntil("the probe stopped") { processState(probe.pid) == "T" }
             try daemon.setState(probe.pid, "foreground")
             try waitUntil("the probe running again") { processState(probe.pid) != "T" }
             #expect(daemon.log().filter { $0.contains("idle-suspend") } == ["<5>" + line], "round \(round)")
+            #expect(try keepAwake() == ["idle", nil, "false"])
         }
+
+        // `KeepAwake=no`: nothing asked for, nothing logged; "off".
+        let off = try TestDaemon(Self.budget + ["KeepAwake=no"])
+        let probe = try off.probe()
+        _ = try probe.begin("upload")
+        try waitUntil("the task granted") { try off.tasks(probe.pid).first?["state"]?.stringValue == "granted" }
+        try off.setState(probe.pid, "background")
+        try waitUntil("the task expiring") { try off.tasks(probe.pid).first?["state"]?.stringValue == "expiring" }
+        let status = try off.manager("GetStatus")
+        #expect(status["keepAwake"] == "off" && status["keepAwakeError"] == nil)
+        #expect(try off.ctl(["status"]).1.contains("   Keep awake: no (KeepAwake=no)\n"))
+        #expect(!off.log().contains { $0.contains("idle-suspend") })
     }
 
     /// (d) When the app's process exits, its tasks are gone.

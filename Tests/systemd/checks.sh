@@ -283,7 +283,8 @@ if ! echo "$held_before$foreground_held" | grep -q '^bgtaskd' && until_true 5 id
    && [ "$(inhibitors | grep '^bgtaskd' | sed -E 's/^bgtaskd +([0-9]+) .*/\1/')" = "$(stat -c %u /proc/"$(main_pid)")" ] \
    && journalctl -u bgtaskd.service --no-pager | grep -q 'kept from idle-suspending while apps run in the background' \
    && "$ctl" status | grep -q '^   Keep awake: yes (logind.s idle inhibitor held' \
-   && setpriv --reuid=65534 --regid=65534 --clear-groups "$ctl" --json status | grep -q '"idleInhibited":true'; then
+   && setpriv --reuid=65534 --regid=65534 --clear-groups "$ctl" --json status | grep -q '"idleInhibited":true' \
+   && setpriv --reuid=65534 --regid=65534 --clear-groups "$ctl" --json status | grep -q '"keepAwake":"held"'; then
     ok idle-inhibited-while-in-background
 else
     fail idle-inhibited-while-in-background "before: $held_before; in the foreground: $foreground_held; now: $(inhibitors); $(journalctl -u bgtaskd.service --no-pager | grep -i 'idle-suspend' | tail -2 | tr '\n' ' ')"
@@ -292,7 +293,7 @@ kill "$awake_app" 2>/dev/null
 if until_true 5 sh -c "! \"$ctl\" --no-legend apps | grep -q '^ *$awake_app '" && idle_held \
    && until_true 5 sh -c "! systemd-inhibit --list --no-legend | grep -q '^bgtaskd '" \
    && journalctl -u bgtaskd.service --no-pager | grep -q 'may idle-suspend again' \
-   && "$ctl" status | grep -q '^   Keep awake: no$'; then
+   && "$ctl" status | grep -q '^   Keep awake: no (no app runs in the background)$'; then
     ok idle-released-after-the-linger
 else
     fail idle-released-after-the-linger "$(inhibitors); $("$ctl" --no-legend apps | tr '\n' ' ')"
