@@ -40,6 +40,14 @@ public struct ClientError: Error, Equatable, Sendable, CustomStringConvertible {
 public enum DaemonSocket {
     public static let systemPath = "/run/bgtaskd/io.bgtaskd"
 
+    /// The per-user daemon's socket, `$XDG_RUNTIME_DIR/bgtaskd/io.bgtaskd` (its user unit's,
+    /// and `make run`'s), the runtime directory `/run/user/UID` where that is not set (as
+    /// `make run` takes it).
+    public static var userPath: String {
+        let runtime = getenv("XDG_RUNTIME_DIR").flatMap { $0.pointee == 0 ? nil : String(cString: $0) } ?? "/run/user/\(getuid())"
+        return runtime + "/bgtaskd/io.bgtaskd"
+    }
+
     public static func path(explicit: String? = nil) -> String {
         if let explicit { return explicit }
         if let value = getenv("BGTASKD_SOCKET"), value.pointee != 0 { return String(cString: value) }

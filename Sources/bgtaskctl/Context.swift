@@ -11,7 +11,7 @@ struct Context {
     var legend = true
 
     static let usage = """
-    Usage: bgtaskctl [--socket PATH] [--json] [--no-legend] VERB [ARGS...]
+    Usage: bgtaskctl [--socket PATH|--user] [--json] [--no-legend] VERB [ARGS...]
 
     Verbs:
       status                 daemon summary and the apps table
@@ -34,13 +34,20 @@ struct Context {
       wake PID|--unit NAME [--reason TEXT] [--payload JSON]
                              resume a suspended app into the background for WakeTimeSec,
                              as for a background fetch or a silent push
+      requests [PID|--unit NAME]
+                             pending scheduled requests (BGTaskScheduler) and what each
+                             waits for
+      launch PID|--unit NAME IDENTIFIER
+                             launch the app's pending request now, whatever its date,
+                             conditions and budget
       reload                 reload the daemon's configuration
       help [VERB]            this usage, or VERB's (also: bgtaskctl VERB --help)
       run [--name NAME] -- CMD...
                              hold a background task while CMD runs; CMD gets SIGTERM when
                              the task starts expiring; exits with CMD's status
 
-    The socket is PATH, else $BGTASKD_SOCKET, else \(DaemonSocket.systemPath).
+    The socket is PATH (--user: $XDG_RUNTIME_DIR/bgtaskd/io.bgtaskd, the per-user
+    daemon's), else $BGTASKD_SOCKET, else \(DaemonSocket.systemPath).
     Exit status: 0 success, 1 failure, 2 usage error.
     """
 

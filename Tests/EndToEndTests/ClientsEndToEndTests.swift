@@ -34,6 +34,24 @@ import Varlink
         #expect(result["event"]?.stringValue == "subscribed")
     }
 
+    /// `bgtaskctl --user`: the per-user daemon's socket, `$XDG_RUNTIME_DIR/bgtaskd/io.bgtaskd`
+    /// (where `make run` and the user unit listen), `/run/user/UID` where that is not set;
+    /// `--socket` and `$BGTASKD_SOCKET` as before.
+    @Test func ctlUserTalksToThePerUserDaemon() throws {
+        let daemon = try TestDaemon()
+        let ctl = Binaries.path("bgtaskctl")
+        // A runtime directory whose `bgtaskd/` is the test daemon's directory.
+        let runtime = daemon.directory + "/runtime"
+        try systemCall("mkdir") { mkdir(runtime, 0o700) }
+        try systemCall("symlink") { symlink(daemon.directory, runtime + "/bgtaskd") }
+        let (code, output) = try SystemdTests.run([ctl, "--user", "status"], environment: ["XDG_RUNTIME_DIR=\(runtime)"])
+        #expect(code == 0 && output.hasPrefix("bgtaskd 0.1.0 on \(runtime)/bgtaskd/io.bgtaskd\n"), "\(output)")
+        let (_, unset) = try SystemdTests.run([ctl, "--user", "status"], environment: ["BGTASKD_SOCKET=\(daemon.socketPath)"])
+        #expect(unset.contains(" /run/user/\(getuid())/bgtaskd/io.bgtaskd"), "\(unset)")  // whether one listens there or not
+        let (fromEnvironment, _) = try SystemdTests.run([ctl, "status"], environment: ["BGTASKD_SOCKET=\(daemon.socketPath)"])
+        #expect(fromEnvironment == 0)
+    }
+
     @Test func ctlShowsTablesJSONAndExitCodes() throws {
         let daemon = try TestDaemon(["BackgroundTimeSec=30s"])
         let app = try Spawned("/bin/sleep", ["60"])
