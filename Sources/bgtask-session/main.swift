@@ -13,7 +13,8 @@ let usage = """
     screen lock, and calls bgtaskd's SetAppState for your own apps.
 
       --socket PATH        bgtaskd's socket (default: $BGTASKD_SOCKET, else the per-user socket
-                           $XDG_RUNTIME_DIR/bgtaskd/io.bgtaskd if it exists, else /run/bgtaskd/io.bgtaskd)
+                           $XDG_RUNTIME_DIR/bgtaskd/io.bgtaskd if a daemon answers there, else
+                           /run/bgtaskd/io.bgtaskd)
       --compositor NAME    where windows come from: auto (default: $SWAYSOCK or $I3SOCK), sway, wlr, none
       --config FILE        settings (default: $XDG_CONFIG_HOME/bgtaskd/session.conf, if it exists)
       --set KEY=VALUE      one setting: FocusMode=visible|focused, BackgroundDelaySec=5s, Compositor=auto
@@ -100,9 +101,9 @@ case .wlr:
 case .none:
     source = .none
 }
-let perUser = Host.environment("XDG_RUNTIME_DIR").map { $0 + "/bgtaskd/io.bgtaskd" }
+let perUser = DaemonSocket.userPath
 let daemonSocket = socket ?? Host.environment("BGTASKD_SOCKET")
-    ?? perUser.flatMap { UnixSocket.isAnswering(path: $0) ? $0 : nil } ?? DaemonSocket.systemPath
+    ?? (UnixSocket.isAnswering(path: perUser) ? perUser : DaemonSocket.systemPath)
 do {
     let agent = try Agent(settings: settings, socketPath: daemonSocket, source: source)
     exit(try agent.run())
