@@ -36,7 +36,8 @@ public enum DaemonMain {
         Host.raiseDescriptorLimit()
         do {
             let (listener, path) = try openListener(options)
-            let state = try StateDirectory(path: stateDirectory(socketPath: path))
+            // An activated socket's directory, where its unit says no `RuntimeDirectory=`.
+            let state = try StateDirectory(path: stateDirectory(socketPath: path ?? UnixSocket.boundPath(listener)))
             let daemon = try Daemon(options: options, configuration: configuration, policies: policies, listener: listener,
                                     socketPath: path, stateDirectory: state)
             return try daemon.run()
@@ -72,9 +73,11 @@ public enum DaemonMain {
     }
 
     /// `state/` in `$RUNTIME_DIRECTORY` (systemd's `RuntimeDirectory=`; the first if several),
-    /// else in the socket's directory, so two daemons on two sockets never share state
-    /// (DESIGN.md §5). A directory of its own, mode 0700: the socket's directory must let
-    /// everyone in, the state must not.
+    /// else in the socket's directory (an activated one's too: the path it is bound at), so
+    /// two daemons on two sockets never share state (DESIGN.md §5). A directory of its own,
+    /// mode 0700: the socket's directory must let everyone in, the state must not. (An
+    /// activated per-user daemon's unit without `RuntimeDirectory=` tried the system
+    /// daemon's `/run/bgtaskd/state`, and failed to start: "Permission denied".)
     static func stateDirectory(socketPath: String?) -> String {
         if let runtime = Host.environment("RUNTIME_DIRECTORY"), let first = runtime.split(separator: ":").first {
             return String(first) + "/state"

@@ -165,6 +165,21 @@ public enum UnixSocket {
         }
     }
 
+    /// The path a socket is bound at (`getsockname`): systemd's, passed by socket activation;
+    /// `nil` for an abstract or unnamed one.
+    public static func boundPath(_ socket: FileDescriptor) -> String? {
+        var address = sockaddr_un()
+        var length = socklen_t(MemoryLayout<sockaddr_un>.size)
+        let result = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(socket.rawValue, $0, &length) }
+        }
+        guard result == 0, address.sun_family == sa_family_t(AF_UNIX) else { return nil }
+        let path = withUnsafeBytes(of: address.sun_path) { raw in
+            String(decoding: raw.prefix(max(0, Int(length) - MemoryLayout<sa_family_t>.size)).prefix { $0 != 0 }, as: UTF8.self)
+        }
+        return path.hasPrefix("/") ? path : nil
+    }
+
     /// A close-on-exec connection to `path`. A non-blocking one fails with `EAGAIN` where a
     /// blocking one would wait (the listener's backlog is full).
     public static func connect(path: String, nonBlocking: Bool = false) throws(Errno) -> FileDescriptor {

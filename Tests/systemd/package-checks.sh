@@ -63,6 +63,34 @@ cp example.log /out/example.log
 journalctl -u bgtaskd --no-pager -o short-monotonic > /out/journal 2>&1
 rm -f /etc/bgtaskd/policy.d/50-example.policy
 
+# The per-user daemon (the package's user units): socket-activated by a user's own manager
+# (started without a session, as lingering starts it), found by `bgtaskctl --user`, running
+# as that user, its state in the user's runtime directory; an app of that user, in a scope of
+# its own (systemd-run --user), frozen by it in the background and thawed.
+useradd --uid 4250 --create-home bgtaskuser
+asuser() { setpriv --reuid=4250 --regid=4250 --init-groups env HOME=/home/bgtaskuser XDG_RUNTIME_DIR=/run/user/4250 "$@"; }
+export -f asuser
+check user-manager systemctl start user@4250.service
+check user-socket-enabled asuser systemctl --user enable --now bgtaskd.socket
+check user-socket-file within 50 test -S /run/user/4250/bgtaskd/io.bgtaskd
+check user-status-starts-daemon bash -c 'asuser bgtaskctl --user status | grep -q "^bgtaskd .* on /run/user/4250/bgtaskd/io.bgtaskd$"'
+user_daemon=$(asuser systemctl --user show -P MainPID bgtaskd.service)
+check user-daemon-is-the-users sh -c "[ '$user_daemon' != 0 ] && [ \"\$(stat -c %u /proc/$user_daemon)\" = 4250 ] && grep -q 'user@4250.service' /proc/$user_daemon/cgroup && test -d /run/user/4250/bgtaskd-state/state"
+asuser systemd-run --user --scope --quiet --unit=user-app sleep 600 &
+scope=/sys/fs/cgroup/user.slice/user-4250.slice/user@4250.service/app.slice/user-app.scope
+check user-app-in-its-scope within 50 grep -q . $scope/cgroup.procs
+user_app=$(head -1 $scope/cgroup.procs)
+check user-app-background asuser bgtaskctl --user background "$user_app"
+check user-app-frozen within 50 bash -c "grep -qx 'frozen 1' $scope/cgroup.events && asuser bgtaskctl --user --no-legend apps | grep -q ' suspended '"
+check user-app-foreground asuser bgtaskctl --user foreground "$user_app"
+check user-app-thawed within 50 grep -qx 'frozen 0' $scope/cgroup.events
+kill "$user_app" 2>/dev/null
+if grep -q "^fail user-" "$out"; then
+    { echo "--- the per-user daemon's journal"; journalctl --no-pager _UID=4250 | tail -40; } >> /out/diagnostics
+fi
+asuser systemctl --user disable --now bgtaskd.socket bgtaskd.service >/dev/null 2>&1
+systemctl stop user@4250.service
+
 check purge dpkg --purge bgtaskd libbgtask-dev libbgtask0
 check no-units sh -c '! ls /lib/systemd/system/bgtaskd.* /etc/systemd/system/sockets.target.wants/bgtaskd.socket 2>/dev/null'
 check no-socket-unit sh -c '! systemctl is-active -q bgtaskd.socket'
