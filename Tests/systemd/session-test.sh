@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # The session agent under a real logind (systemd 252 in a throw-away container, as
 # container-test.sh boots it): a PAM login session for a test user, a headless sway and a
-# real foot window in it, bgtaskd as the system service, bgtask-session as the user. The
+# real foot window in it, bgtaskd as the system service, bgtask-session as the user — started
+# by its shipped user unit in the session's user manager, as a desktop's session starts it. The
 # session's LockedHint set to true (as a screen locker sets it) suspends foot; false brings
 # it back; then a stopped agent leaves nothing stopped. Prints "ok NAME" / "fail NAME: why"
 # lines. Needs root, systemd-nspawn, sway and foot, and the release binaries.
@@ -24,7 +25,14 @@ for i in $(seq 100); do ls "$XDG_RUNTIME_DIR"/sway-ipc.* >/dev/null 2>&1 && brea
 export SWAYSOCK=$(ls "$XDG_RUNTIME_DIR"/sway-ipc.* | head -1)
 swaymsg exec "foot sleep 1000" > "$XDG_RUNTIME_DIR/swaymsg.log" 2>&1
 echo "$XDG_SESSION_ID" > "$XDG_RUNTIME_DIR/session-id"
-exec /opt/bgtaskd/bin/bgtask-session --socket /run/bgtaskd/io.bgtaskd --set BackgroundDelaySec=0 2> "$XDG_RUNTIME_DIR/agent.log"
+# The agent by its user unit (bgtask-session.service, WantedBy=graphical-session.target), told
+# the compositor's socket as sway's systemd snippet tells the user manager; its settings
+# from the user's file. The session lasts while sway runs.
+mkdir -p "$HOME/.config/bgtaskd"
+printf '[Session]\nBackgroundDelaySec=0\n' > "$HOME/.config/bgtaskd/session.conf"
+systemctl --user import-environment SWAYSOCK WAYLAND_DISPLAY
+systemctl --user start bgtask-session.service
+wait
 USER
 cat > "$work/run/checks.sh" <<CHECKS
 #!/bin/bash
@@ -34,28 +42,30 @@ ok() { echo "ok \$1" >> "\$out"; }
 fail() { echo "fail \$1: \$2" >> "\$out"; }
 within() { local n=\$1; shift; for _ in \$(seq "\$n"); do "\$@" >/dev/null 2>&1 && return 0; sleep 0.1; done; "\$@"; }
 run=/run/user/$uid
+# The agent's lines: its unit's output, in the journal.
+agentlog() { journalctl --no-pager -o cat -t bgtask-session; }
 collect() {
-    cp \$run/agent.log /out/agent.log 2>/dev/null
+    agentlog > /out/agent.log 2>&1
     cp \$run/sway.log /out/sway.log 2>/dev/null
     journalctl -u bgtaskd --no-pager > /out/journal 2>&1
     systemctl stop bgsession-desktop
     echo done >> "\$out.done"
 }
 systemctl start dbus.service systemd-logind.service
-systemd-run -q -p PAMName=login -p User=bgsession --unit=bgsession-desktop /opt/run/user.sh
+systemd-run -q -p PAMName=login -p User=bgsession -p Environment=XDG_SESSION_TYPE=wayland --unit=bgsession-desktop /opt/run/user.sh
 tree() { setpriv --reuid=$uid --regid=$uid --clear-groups env SWAYSOCK=\$(ls \$run/sway-ipc.* | head -1) swaymsg -r -t get_tree; }
 footpid() { tree 2>/dev/null | grep -o '"pid": [0-9]*' | head -1 | grep -o '[0-9]*'; }
 # Each step waits for what the next one needs, with its own deadline: the agent connected to
 # sway and logind, foot's window in sway's tree, then the agent following foot's process (its
 # debug line), so the lock below finds foot on the screen, as a person's lock would.
-if ! within 150 sh -c "ls \$run/sway-ipc.* && [ -s \$run/session-id ] && grep -q 'following logind session' \$run/agent.log"; then
-    fail session-started "agent not following sway and logind: \$(loginctl list-sessions --no-legend | tr '\n' ' ') \$(tail -3 \$run/agent.log 2>&1 | tr '\n' ' ')"
+if ! within 150 sh -c "ls \$run/sway-ipc.* && [ -s \$run/session-id ] && journalctl --no-pager -o cat -t bgtask-session | grep -q 'following logind session'"; then
+    fail session-started "agent not following sway and logind: \$(loginctl list-sessions --no-legend | tr '\n' ' ') \$(agentlog | tail -3 | tr '\n' ' ')"
 elif ! within 300 footpid; then
     fail session-started "no foot window in sway's tree: swaymsg \$(tr '\n' ' ' < \$run/swaymsg.log 2>&1); sway.log \$(tail -5 \$run/sway.log 2>&1 | tr '\n' ' ')"
 else
     foot=\$(footpid)
-    if within 100 grep -q "following pid \$foot's windows" \$run/agent.log; then ok session-started; else
-        fail session-started "the agent did not follow foot \$foot: \$(tail -3 \$run/agent.log | tr '\n' ' ')"; fi
+    if within 100 sh -c "journalctl --no-pager -o cat -t bgtask-session | grep -q \"following pid \$foot's windows\""; then ok session-started; else
+        fail session-started "the agent did not follow foot \$foot: \$(agentlog | tail -3 | tr '\n' ' ')"; fi
 fi
 if [ -z "\$foot" ]; then
     fail rest "not run: no foot window to lock away"
@@ -70,14 +80,15 @@ if [ "\$(state)" != T ]; then ok visible-runs; else fail visible-runs "foot \$fo
 setpriv --reuid=$uid --regid=$uid --clear-groups busctl call org.freedesktop.login1 "\$path" org.freedesktop.login1.Session SetLockedHint b true \
     > /tmp/lock.log 2>&1 || fail lock "\$(cat /tmp/lock.log)"
 if within 50 sh -c "[ \"\\\$(sed -n 's/^State:\t\(.\).*/\1/p' /proc/\$foot/status)\" = T ]"; then ok locked-suspends; else
-    fail locked-suspends "state \$(state); \$(tail -3 \$run/agent.log | tr '\n' ' ') \$(journalctl -u bgtaskd --no-pager | tail -3 | tr '\n' ' ')"; fi
+    fail locked-suspends "state \$(state); \$(agentlog | tail -3 | tr '\n' ' ') \$(journalctl -u bgtaskd --no-pager | tail -3 | tr '\n' ' ')"; fi
 journalctl -u bgtaskd --no-pager | grep -q "session locked" && ok journal-says-locked || fail journal-says-locked "\$(journalctl -u bgtaskd --no-pager | tail -3 | tr '\n' ' ')"
 setpriv --reuid=$uid --regid=$uid --clear-groups busctl call org.freedesktop.login1 "\$path" org.freedesktop.login1.Session SetLockedHint b false
 if within 30 sh -c "[ \"\\\$(sed -n 's/^State:\t\(.\).*/\1/p' /proc/\$foot/status)\" != T ]"; then ok unlocked-resumes; else fail unlocked-resumes "state \$(state)"; fi
 # Locked again, then the agent stopped: nothing is left stopped.
 setpriv --reuid=$uid --regid=$uid --clear-groups busctl call org.freedesktop.login1 "\$path" org.freedesktop.login1.Session SetLockedHint b true
 within 50 sh -c "[ \"\\\$(sed -n 's/^State:\t\(.\).*/\1/p' /proc/\$foot/status)\" = T ]"
-pkill -TERM -u $uid -x bgtask-session
+# As the session's end stops it (its unit is PartOf=graphical-session.target).
+setpriv --reuid=$uid --regid=$uid --clear-groups env XDG_RUNTIME_DIR=\$run systemctl --user stop bgtask-session.service
 if within 30 sh -c "[ \"\\\$(sed -n 's/^State:\t\(.\).*/\1/p' /proc/\$foot/status)\" != T ]"; then ok stopped-agent-resumes; else fail stopped-agent-resumes "state \$(state)"; fi
 collect
 CHECKS
@@ -93,7 +104,8 @@ ExecStopPost=/bin/systemctl --no-block poweroff
 UNIT
 ln -s ../bgtaskd-session-checks.service "$units/multi-user.target.wants/bgtaskd-session-checks.service"
 
-boot_session_container bgtaskd-session || exit 1
+boot_session_container bgtaskd-session \
+    --bind-ro="$work/dest/opt/bgtaskd/lib/systemd/user/bgtask-session.service:/etc/systemd/user/bgtask-session.service" || exit 1
 [ -s "$work/out/results.done" ] || echo "fail checks: did not finish"
 if grep -q "^fail" "$work/out/results"; then
     echo "--- the agent's log"; sed 's/^/  | /' "$work/out/agent.log" 2>/dev/null
