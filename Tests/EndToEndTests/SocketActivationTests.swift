@@ -34,9 +34,14 @@ import TestSupport
             try? daemon.signal(SIGTERM)
             _ = try? daemon.wait(timeout: 5)
         }
-        // The activator listens; the first connection starts the daemon, which answers it.
-        try waitUntil("the socket listening") { access(socket, F_OK) == 0 }
-        let status = try VarlinkConnection(path: socket).call("io.bgtaskd.Manager.GetStatus", timeoutMilliseconds: 10_000)
+        // The activator binds, then listens (a connection in between is refused); the first
+        // connection accepted starts the daemon, which answers on the same socket.
+        var connection: VarlinkConnection?
+        try waitUntil("the socket listening") {
+            connection = try? VarlinkConnection(path: socket)
+            return connection != nil
+        }
+        let status = try #require(connection).call("io.bgtaskd.Manager.GetStatus", timeoutMilliseconds: 10_000)
         #expect(status["apps"]?.intValue == 0)
         let state = directory + "/state/bgtaskd.state"
         try waitUntil("the state file beside the socket") { access(state, F_OK) == 0 }
