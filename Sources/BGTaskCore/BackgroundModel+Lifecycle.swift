@@ -497,7 +497,7 @@ extension BackgroundModel {
             case let .kill(process):
                 // (An entry before the termination's `killAt`: its grace began again at the signal.)
                 guard var termination = terminating[process], termination.killAt <= at else { continue }
-                if now > at, termination.unsent != nil, let grace = termination.grace, killsPutOff.insert(process).inserted {
+                if now > at, let signal = termination.unsent, let grace = termination.grace, killsPutOff.insert(process).inserted {
                     // Its signal still to go out, in a late pass: the daemon was held up past
                     // the grace (the signal's bound, `Enforcer.signalBound`, is at most half
                     // of it, and fires first in this pass). The grace from now, as from a
@@ -507,7 +507,7 @@ extension BackgroundModel {
                     terminating[process] = termination
                     apps.touch(process)
                     timers.insert(.kill(process), at: termination.killAt)
-                    effects.append(.log(Self.killPutOff(process, uid: termination.uid, signal: termination.unsent!, late: now - at, grace: grace)))
+                    effects.append(.log(Self.killPutOff(process, uid: termination.uid, signal: signal, late: now - at, grace: grace)))
                     continue
                 }
                 killsPutOff.remove(process)

@@ -282,8 +282,8 @@ public final class Daemon {
 
     /// Serves until `SIGTERM`/`SIGINT`; returns the exit status.
     public func run() throws(Errno) -> Int32 {
-        let passed = UnixSocket.boundPath(listener).map { "\($0), the socket passed by systemd" } ?? "the socket passed by systemd"
-        log(.info, "bgtaskd \(InterfaceDescription.version) serving on \(socketPath ?? passed)")
+        let served = socketPath ?? UnixSocket.boundPath(listener).map { "\($0), the socket passed by systemd" } ?? "the socket passed by systemd"
+        log(.info, "bgtaskd \(InterfaceDescription.version) serving on \(served)")
         if let trackerUnavailable {
             log(.notice, "Forks of process apps are not followed (\(trackerUnavailable)): a process app is its process tree, which a double fork or setsid leaves; apps in a scope or service of their own are not affected")
         }
