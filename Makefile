@@ -16,6 +16,7 @@ DATADIR       ?= $(PREFIX)/share
 MANDIR        ?= $(DATADIR)/man
 UNITDIR       ?= $(PREFIX)/lib/systemd/system
 USERUNITDIR   ?= $(PREFIX)/lib/systemd/user
+USERENVGENDIR ?= $(PREFIX)/lib/systemd/user-environment-generators
 SYSUSERSDIR   ?= $(PREFIX)/lib/sysusers.d
 COMPLETIONDIR ?= $(DATADIR)/bash-completion/completions
 LIBDIR        ?= $(PREFIX)/lib
@@ -161,6 +162,7 @@ install-files:
 	install -Dm644 systemd/bgtaskd.socket $(DESTDIR)$(UNITDIR)/bgtaskd.socket
 	install -Dm644 systemd/user/bgtaskd.socket $(DESTDIR)$(USERUNITDIR)/bgtaskd.socket
 	install -Dm644 systemd/bgtaskd.sysusers $(DESTDIR)$(SYSUSERSDIR)/bgtaskd.conf
+	install -Dm755 systemd/user/bgtaskd-environment-generator $(DESTDIR)$(USERENVGENDIR)/60-bgtaskd
 	install -d $(DESTDIR)$(UNITDIR) $(DESTDIR)$(USERUNITDIR)
 	sed 's|@SBINDIR@|$(SBINDIR)|g; s|@BINDIR@|$(BINDIR)|g' systemd/bgtaskd.service.in > $(DESTDIR)$(UNITDIR)/bgtaskd.service
 	sed 's|@SBINDIR@|$(SBINDIR)|g; s|@BINDIR@|$(BINDIR)|g' systemd/user/bgtaskd.service.in > $(DESTDIR)$(USERUNITDIR)/bgtaskd.service

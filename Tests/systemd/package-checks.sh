@@ -85,10 +85,17 @@ check user-app-frozen within 50 bash -c "grep -qx 'frozen 1' $scope/cgroup.event
 check user-app-foreground asuser bgtaskctl --user foreground "$user_app"
 check user-app-thawed within 50 grep -qx 'frozen 0' $scope/cgroup.events
 kill "$user_app" 2>/dev/null
+# What the user's manager starts finds that daemon without being told (the package's user
+# environment generator, run again by enable's reload), and the system one once it is disabled.
+check user-env-set bash -c 'asuser systemctl --user show-environment | grep -qx BGTASKD_SOCKET=/run/user/4250/bgtaskd/io.bgtaskd'
+check user-service-finds-daemon bash -c 'asuser systemd-run --user --quiet --wait --pipe bgtaskctl status | grep -q "^bgtaskd .* on /run/user/4250/bgtaskd/io.bgtaskd$"'
+check user-socket-disabled asuser systemctl --user disable --now bgtaskd.socket bgtaskd.service
+check user-env-cleared bash -c '! asuser systemctl --user show-environment | grep -q ^BGTASKD_SOCKET='
+check user-service-finds-system-daemon bash -c 'asuser systemd-run --user --quiet --wait --pipe bgtaskctl status | grep -q "^bgtaskd .* on /run/bgtaskd/io.bgtaskd$"'
 if grep -q "^fail user-" "$out"; then
-    { echo "--- the per-user daemon's journal"; journalctl --no-pager _UID=4250 | tail -40; } >> /out/diagnostics
+    { echo "--- the per-user daemon's journal"; journalctl --no-pager _UID=4250 | tail -40
+      echo "--- the user's manager's environment"; asuser systemctl --user show-environment; } >> /out/diagnostics
 fi
-asuser systemctl --user disable --now bgtaskd.socket bgtaskd.service >/dev/null 2>&1
 systemctl stop user@4250.service
 
 check purge dpkg --purge bgtaskd libbgtask-dev libbgtask0
