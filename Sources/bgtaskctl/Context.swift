@@ -51,8 +51,22 @@ struct Context {
     Exit status: 0 success, 1 failure, 2 usage error.
     """
 
+    /// A connection to the daemon; where none answers at one of the two sockets the units
+    /// make, the error says how to start it.
     func connect() throws(ClientError) -> VarlinkConnection {
-        try VarlinkConnection(path: DaemonSocket.path(explicit: socketPath))
+        let path = DaemonSocket.path(explicit: socketPath)
+        do {
+            return try VarlinkConnection(path: path)
+        } catch where error.code == .notConnected {
+            switch path {
+            case DaemonSocket.systemPath:
+                throw ClientError(.notConnected, error.message + " (is bgtaskd.socket started? systemctl status bgtaskd.socket)")
+            case DaemonSocket.userPath:
+                throw ClientError(.notConnected, error.message + " (a per-user daemon runs once enabled: systemctl --user enable --now bgtaskd.socket)")
+            default:
+                throw error
+            }
+        }
     }
 
     /// Calls a Manager method and returns its reply parameters.

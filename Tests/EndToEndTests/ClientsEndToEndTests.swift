@@ -50,6 +50,13 @@ import Varlink
         #expect(unset.contains(" /run/user/\(getuid())/bgtaskd/io.bgtaskd"), "\(unset)")  // whether one listens there or not
         let (fromEnvironment, _) = try SystemdTests.run([ctl, "status"], environment: ["BGTASKD_SOCKET=\(daemon.socketPath)"])
         #expect(fromEnvironment == 0)
+        // No per-user daemon: how to have one. A socket named by hand: only the failure.
+        let none = daemon.directory + "/none"
+        let noDaemon = try SystemdTests.run([ctl, "--user", "status"], environment: ["XDG_RUNTIME_DIR=\(none)"])
+        #expect(noDaemon == (1, "bgtaskctl: cannot connect to bgtaskd at \(none)/bgtaskd/io.bgtaskd: No such file or directory"
+                + " (a per-user daemon runs once enabled: systemctl --user enable --now bgtaskd.socket)"))
+        let named = try SystemdTests.run([ctl, "--socket", none + "/io.bgtaskd", "status"])
+        #expect(named == (1, "bgtaskctl: cannot connect to bgtaskd at \(none)/io.bgtaskd: No such file or directory"))
     }
 
     @Test func ctlShowsTablesJSONAndExitCodes() throws {
