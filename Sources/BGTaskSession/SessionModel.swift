@@ -77,6 +77,8 @@ public struct SessionModel {
     private(set) var pending: [AppKey: (due: Instant, reason: String)] = [:]
     /// Locked, or not the active session (a VT or user switch): nothing is shown.
     public private(set) var locked = false
+    /// Why, as `setLocked` was told: the reason of an app that arrives meanwhile.
+    private var lockReason = ""
 
     public init(focusMode: FocusMode = .visible, backgroundDelay: Duration = .seconds(5)) {
         self.focusMode = focusMode
@@ -89,8 +91,11 @@ public struct SessionModel {
     /// When `tick` has something to do.
     public var nextDeadline: Instant? { pending.values.map(\.due).min() }
 
-    public func isShown(_ app: AppKey) -> Bool {
-        guard !locked, let list = windows[app] else { return false }
+    public func isShown(_ app: AppKey) -> Bool { !locked && isOnScreen(app) }
+
+    /// Shown but for the lock.
+    func isOnScreen(_ app: AppKey) -> Bool {
+        guard let list = windows[app] else { return false }
         switch focusMode {
         case .visible: return list.contains { $0.visible }
         case .focused: return list.contains { $0.focused }
@@ -117,6 +122,13 @@ public struct SessionModel {
             } else if wasShown.contains(app) || (before[app] == nil && !backgrounded.contains(app)) {
                 // It left the screen (or arrived off it): background after the delay.
                 guard !backgrounded.contains(app), pending[app] == nil else { continue }
+                if locked, before[app] == nil, isOnScreen(app) {
+                    // On the screen, which is locked (an agent started in a locked session):
+                    // as the lock did to the apps there, at once.
+                    backgrounded.insert(app)
+                    decisions.append(Decision(app: app, state: .background, reason: lockReason))
+                    continue
+                }
                 let reason = next[app]!.isEmpty ? "its windows closed"
                     : wasShown.contains(app) ? "window left \(place(of: app, in: before[app]!))"
                     : "window on \(place(of: app)) not shown"
@@ -131,6 +143,7 @@ public struct SessionModel {
         guard locked != self.locked else { return [] }
         let shownBefore = Set(windows.keys.filter { isShown($0) })
         self.locked = locked
+        lockReason = reason
         var decisions: [Decision] = []
         if locked {
             // iOS's lock button: every app on the screen goes now, without the delay.

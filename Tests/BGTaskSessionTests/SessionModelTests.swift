@@ -76,6 +76,21 @@ import Testing
         #expect(model.backgrounded == [two])
     }
 
+    /// An agent started in a locked session (restarted while the screen is locked): what is on
+    /// the screen goes as the lock sends it, at once and saying so; what is off it waits its
+    /// delay as ever; the unlock brings back what is on the screen.
+    @Test func anAppArrivingOnALockedScreenGoesAsTheLockSendsIt() {
+        var model = SessionModel(backgroundDelay: .seconds(5))
+        #expect(model.setLocked(true, reason: "session locked", at: at(0)).isEmpty)
+        let arrived = model.observe([window(one, visible: true), window(two, visible: false, "workspace 2")], at: at(10))
+        #expect(arrived == [.init(app: one, state: .background, reason: "session locked")])
+        #expect(model.nextDeadline == at(5010))
+        #expect(model.tick(at: at(5010)) == [.init(app: two, state: .background, reason: "window on workspace 2 not shown")])
+        #expect(model.observe([window(one, visible: true), window(two, visible: false, "workspace 2")], at: at(6000)).isEmpty)
+        let unlocked = model.setLocked(false, reason: "session unlocked and active", at: at(7000))
+        #expect(unlocked == [.init(app: one, state: .foreground, reason: "session unlocked and active")])
+    }
+
     @Test func itNeverForegroundsAnAppItDidNotBackground() {
         var model = SessionModel(backgroundDelay: .zero)
         // Seen shown from the start: it was never the agent's to bring back.

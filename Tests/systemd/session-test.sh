@@ -5,7 +5,8 @@
 # real foot window in it, bgtaskd as the system service, bgtask-session as the user — started
 # by its shipped user unit in the session's user manager, as a desktop's session starts it. The
 # session's LockedHint set to true (as a screen locker sets it) suspends foot; false brings
-# it back; then a stopped agent leaves nothing stopped. Prints "ok NAME" / "fail NAME: why"
+# it back; then a stopped agent leaves nothing stopped. Then the same with the user's own
+# daemon (its user units, enabled), the agent started again reaching it. Prints "ok NAME" / "fail NAME: why"
 # lines. Needs root, systemd-nspawn, sway and foot, and the release binaries.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -90,6 +91,38 @@ within 50 sh -c "[ \"\\\$(sed -n 's/^State:\t\(.\).*/\1/p' /proc/\$foot/status)\
 # As the session's end stops it (its unit is PartOf=graphical-session.target).
 setpriv --reuid=$uid --regid=$uid --clear-groups env XDG_RUNTIME_DIR=\$run systemctl --user stop bgtask-session.service
 if within 30 sh -c "[ \"\\\$(sed -n 's/^State:\t\(.\).*/\1/p' /proc/\$foot/status)\" != T ]"; then ok stopped-agent-resumes; else fail stopped-agent-resumes "state \$(state)"; fi
+# The same session with the user's own daemon (systemctl --user enable bgtaskd.socket, the
+# user units and environment generator bound in as installed): the user's manager then has
+# BGTASKD_SOCKET, and the agent started again — in the session still locked, as one restarted
+# behind a locker — reaches that daemon, which suspends foot for the lock at once; unlocked,
+# locked, unlocked again through it, the system daemon not involved.
+asuser() { setpriv --reuid=$uid --regid=$uid --clear-groups env XDG_RUNTIME_DIR=\$run "\$@"; }
+userlog() { journalctl --no-pager -o cat _SYSTEMD_USER_UNIT=bgtaskd.service; }
+stopped() { [ "\$(sed -n 's/^State:\t\(.\).*/\1/p' /proc/\$foot/status)" = T ]; }
+userlocks() { journalctl --no-pager -o cat _SYSTEMD_USER_UNIT=bgtaskd.service | grep -c "(foot) entered the background .*: session locked)"; }
+export foot
+export -f stopped userlocks
+hint() { setpriv --reuid=$uid --regid=$uid --clear-groups busctl call org.freedesktop.login1 "\$path" org.freedesktop.login1.Session SetLockedHint b \$1; }
+asuser systemctl --user enable --now bgtaskd.socket > /tmp/enable.log 2>&1 || fail user-daemon "\$(cat /tmp/enable.log)"
+if asuser systemctl --user show-environment | grep -qx "BGTASKD_SOCKET=\$run/bgtaskd/io.bgtaskd"; then ok user-daemon-in-environment; else
+    fail user-daemon-in-environment "\$(asuser systemctl --user show-environment | tr '\n' ' ')"; fi
+system_locks=\$(journalctl -u bgtaskd --no-pager | grep -c "session locked")
+asuser systemctl --user start bgtask-session.service
+if within 100 sh -c "journalctl --no-pager -o cat -t bgtask-session | grep -q 'connected to bgtaskd at \$run/bgtaskd/io.bgtaskd'"; then ok agent-reaches-user-daemon; else
+    fail agent-reaches-user-daemon "\$(agentlog | tail -3 | tr '\n' ' ')"; fi
+if within 50 bash -c 'stopped && [ "\$(userlocks)" = 1 ]'; then ok user-daemon-suspends-on-locked-start; else
+    fail user-daemon-suspends-on-locked-start "state \$(state); \$(agentlog | tail -3 | tr '\n' ' ') \$(userlog | tail -3 | tr '\n' ' ')"; fi
+hint false
+if within 30 bash -c '! stopped'; then ok user-daemon-resumes; else fail user-daemon-resumes "state \$(state); \$(userlog | tail -3 | tr '\n' ' ')"; fi
+hint true
+if within 50 bash -c 'stopped && [ "\$(userlocks)" = 2 ]'; then ok user-daemon-suspends-on-lock; else
+    fail user-daemon-suspends-on-lock "state \$(state); \$(agentlog | tail -3 | tr '\n' ' ') \$(userlog | tail -3 | tr '\n' ' ')"; fi
+if [ "\$(journalctl -u bgtaskd --no-pager | grep -c "session locked")" = "\$system_locks" ]; then ok system-daemon-not-involved; else
+    fail system-daemon-not-involved "\$(journalctl -u bgtaskd --no-pager | tail -3 | tr '\n' ' ')"; fi
+hint false
+if within 30 bash -c '! stopped'; then ok user-daemon-resumes-again; else fail user-daemon-resumes-again "state \$(state)"; fi
+asuser systemctl --user stop bgtask-session.service
+userlog > /out/user-journal 2>&1
 collect
 CHECKS
 chmod +x "$work/run/user.sh" "$work/run/checks.sh"
@@ -104,12 +137,17 @@ ExecStopPost=/bin/systemctl --no-block poweroff
 UNIT
 ln -s ../bgtaskd-session-checks.service "$units/multi-user.target.wants/bgtaskd-session-checks.service"
 
+installed=$work/dest/opt/bgtaskd/lib/systemd
 boot_session_container bgtaskd-session \
-    --bind-ro="$work/dest/opt/bgtaskd/lib/systemd/user/bgtask-session.service:/etc/systemd/user/bgtask-session.service" || exit 1
+    --bind-ro="$installed/user/bgtask-session.service:/etc/systemd/user/bgtask-session.service" \
+    --bind-ro="$installed/user/bgtaskd.service:/etc/systemd/user/bgtaskd.service" \
+    --bind-ro="$installed/user/bgtaskd.socket:/etc/systemd/user/bgtaskd.socket" \
+    --bind-ro="$installed/user-environment-generators/60-bgtaskd:/etc/systemd/user-environment-generators/60-bgtaskd" || exit 1
 [ -s "$work/out/results.done" ] || echo "fail checks: did not finish"
 if grep -q "^fail" "$work/out/results"; then
     echo "--- the agent's log"; sed 's/^/  | /' "$work/out/agent.log" 2>/dev/null
     echo "--- bgtaskd's journal"; tail -20 "$work/out/journal" 2>/dev/null | sed 's/^/  | /'
+    echo "--- the per-user bgtaskd's journal"; tail -20 "$work/out/user-journal" 2>/dev/null | sed 's/^/  | /'
     echo "--- sway's log (foot's output included)"; tail -20 "$work/out/sway.log" 2>/dev/null | sed 's/^/  | /'
 fi
 ! grep -q "^fail" "$work/out/results" && [ -s "$work/out/results.done" ]
