@@ -75,7 +75,11 @@ extension Daemon {
             return try managerRequestCall(method, call, on: connection, at: now, effects: &effects)
         case .reload:
             _ = try Parameters(call.parameters, allowed: [])
-            guard isPrivileged(connection) else { throw VarlinkError.permissionDenied }
+            // Also the daemon's own user: a per-user daemon's (`systemctl --user reload
+            // bgtaskd`), who may send it SIGHUP anyway.
+            guard isPrivileged(connection) || connection.credentials.uid == Host.effectiveUID else {
+                throw VarlinkError.permissionDenied
+            }
             if let error = reload() { throw ErrorName.invalidConfiguration(["message": .string("\(error)")]) }
             return .reply(VarlinkReply())
         }

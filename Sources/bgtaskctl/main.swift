@@ -54,7 +54,7 @@ do {
     printError("bgtaskctl: \(error.message)\n\n\(currentVerb.flatMap { VerbHelp.table[$0]?.usage } ?? Context.usage)")
     exit(2)
 } catch let error as ClientError {
-    printError("bgtaskctl: \(explain(error))")
+    printError("bgtaskctl: \(explain(error, verb: currentVerb))")
     exit(1)
 } catch {
     printError("bgtaskctl: \(error)")
@@ -62,14 +62,16 @@ do {
 }
 
 /// A sentence for the errors people meet; the raw Varlink error otherwise.
-func explain(_ error: ClientError) -> String {
+func explain(_ error: ClientError, verb: String?) -> String {
     guard let varlink = error.varlinkError else { return error.message }
     let parameter = { (key: String) in varlink.parameters[key]?.cell ?? "?" }
     switch ErrorName(varlink) {
     case .noSuchApp?:
         if let unit = varlink.parameters["unit"]?.stringValue { return "no unit app or unit named \(unit.cEscaped)" }
         return "no app contains pid \(parameter("pid"))"
-    case .permissionDenied?: return "permission denied: the app belongs to another user"
+    case .permissionDenied?:
+        if verb == "reload" { return "permission denied: reloading is for root, ManagerGroup and the daemon's own user" }
+        return "permission denied: the app belongs to another user"
     case .invalidParameter?: return "invalid parameter: \(parameter("parameter"))"
     case .invalidConfiguration?: return "configuration not reloaded: \(parameter("message"))"
     case .limitExceeded?: return "limit reached: \(parameter("limit"))"

@@ -106,4 +106,23 @@ import Varlink
         let now = try remaining()
         #expect(now > 9.9 && now <= 10)
     }
+
+    /// `Reload` is for root, `ManagerGroup` and the daemon's own uid: a per-user daemon's user
+    /// reloads it (`systemctl --user reload bgtaskd` runs `bgtaskctl reload` as that user),
+    /// another user does not, and uid 65534 does not reload root's daemon.
+    @Test(.enabled(if: getuid() == 0, "needs root to run the daemon as uid 65534 (setpriv)"))
+    func theDaemonsOwnUserMayReloadItAndNoOtherUser() throws {
+        let denied = "bgtaskctl: permission denied: reloading is for root, ManagerGroup and the daemon's own user"
+        let rootsDaemon = try TestDaemon()
+        #expect(try rootsDaemon.ctl(["reload"], asUser: 65534) == (1, denied))
+        let directory = try temporaryDirectory("bgtaskd-own")
+        try systemCall("chown") { chown(directory, 65534, 65534) }
+        let daemon = try TestDaemon(directory: directory, wrapper: ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"])
+        #expect(try ProcStatus.uids(pid: daemon.process.pid).effective == 65534)
+        #expect(try daemon.ctl(["reload"], asUser: 65534) == (0, ""))
+        #expect(try daemon.ctl(["reload"], asUser: 65533) == (1, denied))
+        #expect(try daemon.ctl(["reload"]) == (0, ""))
+        #expect(daemon.log().filter { $0.contains("Configuration reloaded") }.count == 2)
+        #expect(rootsDaemon.log().filter { $0.contains("Configuration reloaded") }.isEmpty)
+    }
 }

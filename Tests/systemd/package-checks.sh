@@ -76,6 +76,8 @@ check user-socket-file within 50 test -S /run/user/4250/bgtaskd/io.bgtaskd
 check user-status-starts-daemon bash -c 'asuser bgtaskctl --user status | grep -q "^bgtaskd .* on /run/user/4250/bgtaskd/io.bgtaskd$"'
 user_daemon=$(asuser systemctl --user show -P MainPID bgtaskd.service)
 check user-daemon-is-the-users sh -c "[ '$user_daemon' != 0 ] && [ \"\$(stat -c %u /proc/$user_daemon)\" = 4250 ] && grep -q 'user@4250.service' /proc/$user_daemon/cgroup && test -d /run/user/4250/bgtaskd-state/state"
+# `systemctl --user reload` runs the unit's `bgtaskctl reload` as the user: the daemon's own.
+check user-reload bash -c "asuser systemctl --user reload bgtaskd.service && journalctl --no-pager _UID=4250 | grep -q 'Configuration reloaded'"
 asuser systemd-run --user --scope --quiet --unit=user-app sleep 600 &
 scope=/sys/fs/cgroup/user.slice/user-4250.slice/user@4250.service/app.slice/user-app.scope
 check user-app-in-its-scope within 50 grep -q . $scope/cgroup.procs
