@@ -69,28 +69,45 @@ EXPORT int bgtask_app_process(bgtask_app *app) {
     return result;
 }
 
+/* The per-user daemon's socket: $XDG_RUNTIME_DIR/bgtaskd/io.bgtaskd, else
+ * /run/user/UID/bgtaskd/io.bgtaskd (as DaemonSocket.userPath in the Swift library). */
+static char *user_socket_path(void) {
+    const char *runtime = getenv("XDG_RUNTIME_DIR");
+    char *path = NULL;
+    int n = runtime && *runtime ? asprintf(&path, "%s/bgtaskd/io.bgtaskd", runtime)
+                                : asprintf(&path, "/run/user/%u/bgtaskd/io.bgtaskd", (unsigned)getuid());
+    return n < 0 ? NULL : path;
+}
+
 EXPORT int bgtask_app_new(bgtask_app **ret, const char *socket_path) {
     if (!ret) return -EINVAL;
-    const char *path = socket_path;
-    if (!path) path = getenv("BGTASKD_SOCKET");
-    if (!path || !*path) path = SYSTEM_SOCKET;
     bgtask_app *app = calloc(1, sizeof(*app));
     if (!app) return -ENOMEM;
     app->n_ref = 1;
     app->subscription_fd = app->call_fd = app->send_fd = -1;
     app->timeout_usec = 5000000;
     app->reconnect_delay = RECONNECT_FIRST;
-    app->socket_path = strdup(path);
+    /* The socket: the caller's, else $BGTASKD_SOCKET, else the per-user daemon's where one
+     * answers (the connection is the subscription's), else the system daemon's. */
+    const char *path = socket_path ? socket_path : getenv("BGTASKD_SOCKET");
+    int fd = -1;
+    if (path && *path) {
+        app->socket_path = strdup(path);
+    } else if ((app->socket_path = user_socket_path()) && (fd = connect_socket(app->socket_path)) < 0) {
+        free(app->socket_path);
+        app->socket_path = strdup(SYSTEM_SOCKET);
+    }
     app->pending_ends = calloc(MAX_PENDING_ENDS, sizeof(uint64_t));
     app->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
     app->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    app->subscription_fd = fd;
     int r = -ENOMEM;
     if (!app->socket_path || !app->pending_ends) goto fail;
     r = app->epoll_fd < 0 || app->timer_fd < 0 ? -errno : watch(app, app->timer_fd, EPOLLIN, TOKEN_TIMER, EPOLL_CTL_ADD);
     if (r < 0) goto fail;
     /* Subscribed before returning, so the first call finds the app known. */
     static const char subscribe[] = "{\"method\":\"" BGTASK_INTERFACE_APP "." BGTASK_METHOD_SUBSCRIBE "\",\"more\":true}";
-    int fd = connect_socket(app->socket_path);
+    if (fd < 0) fd = connect_socket(app->socket_path);
     if (fd < 0) { r = fd; goto fail; }
     app->subscription_fd = fd;
     if (send(fd, subscribe, sizeof(subscribe), MSG_NOSIGNAL) != (ssize_t)sizeof(subscribe)) { r = -errno; goto fail; }

@@ -8,7 +8,7 @@
  * with a void *userdata, and one file descriptor to poll.
  *
  *     bgtask_app *app;
- *     int r = bgtask_app_new(&app, NULL);          // $BGTASKD_SOCKET, else /run/bgtaskd/io.bgtaskd
+ *     int r = bgtask_app_new(&app, NULL);          // $BGTASKD_SOCKET, else per-user, else system
  *     bgtask_app_set_handlers(app, entered_background, entering_foreground, state);
  *     for (;;) {                                    // or sd_event_add_io(..., bgtask_app_get_fd(app), EPOLLIN, ...)
  *         struct pollfd p = { bgtask_app_get_fd(app), POLLIN, 0 };
@@ -71,7 +71,8 @@ typedef void (*bgtask_expiration_handler_t)(bgtask_app *app, uint64_t id, bgtask
  * when done (the completion handler); tasks begun meanwhile keep the app running. */
 typedef void (*bgtask_wake_handler_t)(bgtask_app *app, const char *reason, const char *payload, void *userdata);
 
-/* Connects to bgtaskd at `socket_path` (NULL: $BGTASKD_SOCKET, else /run/bgtaskd/io.bgtaskd)
+/* Connects to bgtaskd at `socket_path` (NULL: $BGTASKD_SOCKET, else the per-user daemon's
+ * $XDG_RUNTIME_DIR/bgtaskd/io.bgtaskd where one answers, else /run/bgtaskd/io.bgtaskd)
  * and subscribes to this process's app. Returns 0, or -errno if the daemon cannot be
  * reached (-ENOENT, -ECONNREFUSED, -ETIMEDOUT, ...). Later losses of the daemon are not
  * errors: the library reconnects by itself. */

@@ -75,7 +75,8 @@ public final class BackgroundApplication: @unchecked Sendable {
 
     var delegateReference: Confined<() -> BackgroundApplicationDelegate?> { delegateBox.withLock { $0 } }
 
-    /// Connects to bgtaskd (`socketPath`, else `$BGTASKD_SOCKET`, else the system socket) and
+    /// Connects to bgtaskd (`socketPath`, else `$BGTASKD_SOCKET`, else the per-user socket where
+    /// a daemon answers, else the system socket: `DaemonSocket.path`) and
     /// subscribes to this process's app. Throws if the daemon cannot be reached.
     public init(socketPath: String? = nil, queue: DispatchQueue = .main) throws {
         self.socketPath = DaemonSocket.path(explicit: socketPath)

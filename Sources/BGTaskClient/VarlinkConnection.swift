@@ -36,7 +36,9 @@ public struct ClientError: Error, Equatable, Sendable, CustomStringConvertible {
     public var description: String { message }
 }
 
-/// Where clients find the daemon: `--socket PATH`, else `$BGTASKD_SOCKET`, else the system socket.
+/// Where clients find the daemon: `--socket PATH`, else `$BGTASKD_SOCKET`, else the per-user
+/// daemon's socket where one answers (the user enabled their own), else the system socket.
+/// The same rule in the C library (`bgtask_app_new`), `bgtaskctl` and `bgtask-session`.
 public enum DaemonSocket {
     public static let systemPath = "/run/bgtaskd/io.bgtaskd"
 
@@ -51,7 +53,8 @@ public enum DaemonSocket {
     public static func path(explicit: String? = nil) -> String {
         if let explicit { return explicit }
         if let value = getenv("BGTASKD_SOCKET"), value.pointee != 0 { return String(cString: value) }
-        return systemPath
+        let user = userPath
+        return UnixSocket.isAnswering(path: user) ? user : systemPath
     }
 }
 

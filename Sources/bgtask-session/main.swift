@@ -101,9 +101,7 @@ case .wlr:
 case .none:
     source = .none
 }
-let perUser = DaemonSocket.userPath
-let daemonSocket = socket ?? Host.environment("BGTASKD_SOCKET")
-    ?? (UnixSocket.isAnswering(path: perUser) ? perUser : DaemonSocket.systemPath)
+let daemonSocket = DaemonSocket.path(explicit: socket)
 do {
     let agent = try Agent(settings: settings, socketPath: daemonSocket, source: source)
     exit(try agent.run())

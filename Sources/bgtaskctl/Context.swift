@@ -47,7 +47,8 @@ struct Context {
                              the task starts expiring; exits with CMD's status
 
     The socket is PATH (--user: $XDG_RUNTIME_DIR/bgtaskd/io.bgtaskd, the per-user
-    daemon's), else $BGTASKD_SOCKET, else \(DaemonSocket.systemPath).
+    daemon's), else $BGTASKD_SOCKET, else the per-user daemon's where one answers,
+    else \(DaemonSocket.systemPath).
     Exit status: 0 success, 1 failure, 2 usage error.
     """
 

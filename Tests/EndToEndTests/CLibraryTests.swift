@@ -92,6 +92,22 @@ import Varlink
         #expect(try daemon.history().contains { $0["action"] == "woken" && $0["reason"] == "launch" })
     }
 
+    /// The C library's rule for the socket, as the Swift one's (`ClientsEndToEndTests`): with
+    /// no `$BGTASKD_SOCKET`, the per-user socket where a daemon answers.
+    @Test(.enabled(if: haveCompiler, "needs cc, pkg-config and make"))
+    func theCLibraryFindsThePerUserDaemonThatAnswers() throws {
+        let prefix = try Self.installed()
+        defer { try? FileManager.default.removeItem(atPath: prefix) }
+        let example = try Self.buildExample(prefix)
+        let daemon = try TestDaemon()
+        let runtime = daemon.directory + "/runtime"
+        try systemCall("mkdir") { mkdir(runtime, 0o700) }
+        try systemCall("symlink") { symlink(daemon.directory, runtime + "/bgtaskd") }
+        let app = try Spawned(example, [], environment: ["XDG_RUNTIME_DIR=\(runtime)", "LD_LIBRARY_PATH=\(prefix)/lib"])
+        _ = try Self.lines(app, until: "running in the foreground")
+        #expect(try daemon.app(app.pid)?["state"] == "foreground")
+    }
+
     /// Begin in did_enter_background, the expiration handler once, end, suspended; back in
     /// the foreground it runs again.
     @Test(.enabled(if: haveCompiler, "needs cc, pkg-config and make"))

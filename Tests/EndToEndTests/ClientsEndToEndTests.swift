@@ -59,6 +59,37 @@ import Varlink
         #expect(named == (1, "bgtaskctl: cannot connect to bgtaskd at \(none)/io.bgtaskd: No such file or directory"))
     }
 
+    /// The clients' rule for the socket: `--socket`, else `$BGTASKD_SOCKET`, else the per-user
+    /// socket where a daemon answers, else the system socket. A user's apps then never split
+    /// between the user's own daemon and the system's, whatever environment started them.
+    /// The Swift library (`bgtask-libprobe`) and bgtaskctl given only `XDG_RUNTIME_DIR` reach
+    /// the daemon answering there; with a socket file there that no daemon answers at (one
+    /// left by a daemon gone), the system socket. (The C library: `CLibraryTests`;
+    /// bgtask-session, which takes the same `DaemonSocket.path`: the session test.)
+    @Test func everyClientFindsThePerUserDaemonThatAnswers() throws {
+        let daemon = try TestDaemon()
+        let runtime = daemon.directory + "/runtime"
+        try systemCall("mkdir") { mkdir(runtime, 0o700) }
+        try systemCall("symlink") { symlink(daemon.directory, runtime + "/bgtaskd") }
+        let only = ["XDG_RUNTIME_DIR=\(runtime)"]
+        let app = try Probe(process: try Spawned(Binaries.path("bgtask-libprobe"), [], environment: only))
+        #expect(try daemon.app(app.pid)?["state"] == "foreground")
+        let (code, status) = try SystemdTests.run([Binaries.path("bgtaskctl"), "status"], environment: only)
+        #expect(code == 0 && status.hasPrefix("bgtaskd 0.1.0 on \(runtime)/bgtaskd/io.bgtaskd\n"), "\(status)")
+        // A socket file no daemon answers at: the system socket (named in the failure where
+        // no system daemon runs, as on the machines the suite runs on).
+        let stale = daemon.directory + "/stale"
+        try systemCall("mkdir") { mkdir(stale, 0o700) }
+        try systemCall("mkdir") { mkdir(stale + "/bgtaskd", 0o700) }
+        try UnixSocket.listen(path: stale + "/bgtaskd/io.bgtaskd").close()
+        let (failed, output) = try SystemdTests.run([Binaries.path("bgtaskctl"), "status"], environment: ["XDG_RUNTIME_DIR=\(stale)"])
+        if !UnixSocket.isAnswering(path: "/run/bgtaskd/io.bgtaskd") {
+            #expect(failed == 1 && output.hasPrefix("bgtaskctl: cannot connect to bgtaskd at /run/bgtaskd/io.bgtaskd: "), "\(output)")
+        } else {
+            #expect(failed == 0 && output.contains(" on /run/bgtaskd/io.bgtaskd\n"), "\(output)")
+        }
+    }
+
     @Test func ctlShowsTablesJSONAndExitCodes() throws {
         let daemon = try TestDaemon(["BackgroundTimeSec=30s"])
         let app = try Spawned("/bin/sleep", ["60"])
