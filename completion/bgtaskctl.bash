@@ -25,7 +25,7 @@ _bgtaskctl() {
         fi
     done
     if [[ $cur == -* ]]; then
-        COMPREPLY=($(compgen -W "--socket --user --json --no-legend --help --version" -- "$cur"))
+        COMPREPLY=($(compgen -W "--socket --user --system --json --no-legend --help --version" -- "$cur"))
     else
         COMPREPLY=($(compgen -W "$verbs" -- "$cur"))
     fi

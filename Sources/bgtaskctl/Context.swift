@@ -11,7 +11,7 @@ struct Context {
     var legend = true
 
     static let usage = """
-    Usage: bgtaskctl [--socket PATH|--user] [--json] [--no-legend] VERB [ARGS...]
+    Usage: bgtaskctl [--socket PATH|--user|--system] [--json] [--no-legend] VERB [ARGS...]
 
     Verbs:
       status                 daemon summary and the apps table
@@ -47,8 +47,8 @@ struct Context {
                              the task starts expiring; exits with CMD's status
 
     The socket is PATH (--user: $XDG_RUNTIME_DIR/bgtaskd/io.bgtaskd, the per-user
-    daemon's), else $BGTASKD_SOCKET, else the per-user daemon's where one answers,
-    else \(DaemonSocket.systemPath).
+    daemon's; --system: \(DaemonSocket.systemPath)), else $BGTASKD_SOCKET, else the
+    per-user daemon's where one answers, else the system daemon's.
     Exit status: 0 success, 1 failure, 2 usage error.
     """
 

@@ -3,7 +3,7 @@ import BGTaskClient
 import BGTaskProtocol
 import Glibc
 
-/// `bgtaskctl [--socket PATH|--user] [--json] [--no-legend] VERB [ARGS...]`
+/// `bgtaskctl [--socket PATH|--user|--system] [--json] [--no-legend] VERB [ARGS...]`
 let verbs: [String: (Context, [String]) throws -> Void] = [
     "status": StatusVerb.run, "apps": AppsVerb.run, "tasks": TasksVerb.run, "history": HistoryVerb.run,
     "background": StateVerb.background, "foreground": StateVerb.foreground, "terminate": TerminateVerb.run, "expire": ExpireVerb.run, "policy": PolicyVerb.run, "wake": WakeVerb.run,
@@ -26,6 +26,7 @@ do {
             context.socketPath = path
         case let flag where flag.hasPrefix("--socket="): context.socketPath = String(flag.dropFirst("--socket=".count))
         case "--user": context.socketPath = DaemonSocket.userPath  // the per-user daemon's, as `systemctl --user`
+        case "--system": context.socketPath = DaemonSocket.systemPath  // the system daemon's, whatever else answers
         case "-h", "--help": print(Context.usage); exit(0)
         case "--version": print("bgtaskctl 0.1.0"); exit(0)
         default: throw UsageError("unknown option '\(first)'")
