@@ -73,7 +73,7 @@ $(LIB_BUILD)/libbgtask.so.$(LIB_VERSION): $(LIB_SOURCES) libbgtask/bgtask.h libb
 # The daemon in the foreground on $XDG_RUNTIME_DIR/bgtaskd/io.bgtaskd; Ctrl-C stops it.
 # In another shell: export BGTASKD_SOCKET=$(SOCKET); .build/release/bgtaskctl status
 run: release
-	@echo "bgtaskd on $(SOCKET) (export BGTASKD_SOCKET=$(SOCKET) for bgtaskctl and apps; or bgtaskctl --user)"
+	@echo "bgtaskd on $(SOCKET) (bgtaskctl and apps find it while it answers; or export BGTASKD_SOCKET=$(SOCKET))"
 	exec .build/release/bgtaskd --socket $(SOCKET)
 
 # The benchmark (release build): every figure with its target, PASS or MISS; JSON in

@@ -53,7 +53,7 @@ struct VerbHelp {
 
     /// `Usage: bgtaskctl VERB ...`, what it does, and an example.
     var usage: String {
-        "Usage: bgtaskctl [--socket PATH|--user] [--json] [--no-legend] \(synopsis)\n\n\(text)\n\nExample:\n  \(example)\n"
+        "Usage: bgtaskctl [--socket PATH|--user|--system] [--json] [--no-legend] \(synopsis)\n\n\(text)\n\nExample:\n  \(example)\n"
     }
 
     /// Whether `arguments` ask for help (before `--`, where a command begins).
