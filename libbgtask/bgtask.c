@@ -71,6 +71,20 @@ EXPORT int bgtask_app_process(bgtask_app *app) {
 
 /* The per-user daemon's socket: $XDG_RUNTIME_DIR/bgtaskd/io.bgtaskd, else
  * /run/user/UID/bgtaskd/io.bgtaskd (as DaemonSocket.userPath in the Swift library). */
+/* A connection to the daemon at path where it runs as this process's user or root, else -1:
+ * an inherited $XDG_RUNTIME_DIR (sudo -E, su without -) names another user's directory. */
+static int connect_own_daemon(const char *path) {
+    int fd = connect_socket(path);
+    if (fd < 0) return -1;
+    struct ucred peer;
+    socklen_t length = sizeof(peer);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &length) == 0 &&
+        (peer.uid == 0 || peer.uid == getuid() || peer.uid == geteuid()))
+        return fd;
+    close(fd);
+    return -1;
+}
+
 static char *user_socket_path(void) {
     const char *runtime = getenv("XDG_RUNTIME_DIR");
     char *path = NULL;
@@ -88,12 +102,13 @@ EXPORT int bgtask_app_new(bgtask_app **ret, const char *socket_path) {
     app->timeout_usec = 5000000;
     app->reconnect_delay = RECONNECT_FIRST;
     /* The socket: the caller's, else $BGTASKD_SOCKET, else the per-user daemon's where one
-     * answers (the connection is the subscription's), else the system daemon's. */
+     * answers as this user or root (the connection is the subscription's), else the system
+     * daemon's. */
     const char *path = socket_path ? socket_path : getenv("BGTASKD_SOCKET");
     int fd = -1;
     if (path && *path) {
         app->socket_path = strdup(path);
-    } else if ((app->socket_path = user_socket_path()) && (fd = connect_socket(app->socket_path)) < 0) {
+    } else if ((app->socket_path = user_socket_path()) && (fd = connect_own_daemon(app->socket_path)) < 0) {
         free(app->socket_path);
         app->socket_path = strdup(SYSTEM_SOCKET);
     }

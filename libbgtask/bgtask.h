@@ -72,7 +72,8 @@ typedef void (*bgtask_expiration_handler_t)(bgtask_app *app, uint64_t id, bgtask
 typedef void (*bgtask_wake_handler_t)(bgtask_app *app, const char *reason, const char *payload, void *userdata);
 
 /* Connects to bgtaskd at `socket_path` (NULL: $BGTASKD_SOCKET, else the per-user daemon's
- * $XDG_RUNTIME_DIR/bgtaskd/io.bgtaskd where one answers, else /run/bgtaskd/io.bgtaskd)
+ * $XDG_RUNTIME_DIR/bgtaskd/io.bgtaskd where one answers as this user or root, else
+ * /run/bgtaskd/io.bgtaskd)
  * and subscribes to this process's app. Returns 0, or -errno if the daemon cannot be
  * reached (-ENOENT, -ECONNREFUSED, -ETIMEDOUT, ...). Later losses of the daemon are not
  * errors: the library reconnects by itself. */

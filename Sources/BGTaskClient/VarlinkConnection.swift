@@ -37,8 +37,9 @@ public struct ClientError: Error, Equatable, Sendable, CustomStringConvertible {
 }
 
 /// Where clients find the daemon: `--socket PATH`, else `$BGTASKD_SOCKET`, else the per-user
-/// daemon's socket where one answers (the user enabled their own), else the system socket.
-/// The same rule in the C library (`bgtask_app_new`), `bgtaskctl` and `bgtask-session`.
+/// daemon's socket where one answers as the caller's own uid or root (the user enabled their
+/// own), else the system socket. The same rule in the C library (`bgtask_app_new`),
+/// `bgtaskctl` and `bgtask-session`.
 public enum DaemonSocket {
     public static let systemPath = "/run/bgtaskd/io.bgtaskd"
 
@@ -54,7 +55,17 @@ public enum DaemonSocket {
         if let explicit { return explicit }
         if let value = getenv("BGTASKD_SOCKET"), value.pointee != 0 { return String(cString: value) }
         let user = userPath
-        return UnixSocket.isAnswering(path: user) ? user : systemPath
+        return isOwnDaemon(at: user) ? user : systemPath
+    }
+
+    /// Whether a daemon answers at `path` as this process's user or root. An inherited
+    /// `$XDG_RUNTIME_DIR` (`sudo -E`, `su` without `-`) names another user's directory: root's
+    /// clients would talk to that user's daemon, or to anything they run there.
+    static func isOwnDaemon(at path: String) -> Bool {
+        guard let socket = try? UnixSocket.connect(path: path) else { return false }
+        defer { socket.close() }
+        guard let peer = try? UnixSocket.peerCredentials(socket) else { return false }
+        return peer.uid == 0 || peer.uid == getuid() || peer.uid == geteuid()
     }
 }
 

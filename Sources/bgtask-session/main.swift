@@ -13,7 +13,7 @@ let usage = """
     screen lock, and calls bgtaskd's SetAppState for your own apps.
 
       --socket PATH        bgtaskd's socket (default: $BGTASKD_SOCKET, else the per-user socket
-                           $XDG_RUNTIME_DIR/bgtaskd/io.bgtaskd if a daemon answers there, else
+                           $XDG_RUNTIME_DIR/bgtaskd/io.bgtaskd if a daemon of yours answers there, else
                            /run/bgtaskd/io.bgtaskd)
       --compositor NAME    where windows come from: auto (default: $SWAYSOCK or $I3SOCK), sway, wlr, none
       --config FILE        settings (default: $XDG_CONFIG_HOME/bgtaskd/session.conf, if it exists)

@@ -48,7 +48,7 @@ struct Context {
 
     The socket is PATH (--user: $XDG_RUNTIME_DIR/bgtaskd/io.bgtaskd, the per-user
     daemon's; --system: \(DaemonSocket.systemPath)), else $BGTASKD_SOCKET, else the
-    per-user daemon's where one answers, else the system daemon's.
+    per-user daemon's where one answers as your user or root, else the system daemon's.
     Exit status: 0 success, 1 failure, 2 usage error.
     """
 

@@ -106,6 +106,20 @@ import Varlink
         let app = try Spawned(example, [], environment: ["XDG_RUNTIME_DIR=\(runtime)", "LD_LIBRARY_PATH=\(prefix)/lib"])
         _ = try Self.lines(app, until: "running in the foreground")
         #expect(try daemon.app(app.pid)?["state"] == "foreground")
+        // A daemon there that runs as another user (uid 65534's, as root's inherited
+        // XDG_RUNTIME_DIR would name): not taken; the system socket is (where none answers, the
+        // example says it cannot reach bgtaskd). bgtask_app_new subscribes before it returns.
+        guard getuid() == 0 else { return }
+        let directory = try temporaryDirectory("bgtaskd-users")
+        try systemCall("chown") { chown(directory, 65534, 65534) }
+        let nobodys = try TestDaemon(directory: directory, wrapper: ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"])
+        let theirs = try temporaryDirectory("bgtaskd-runtime")
+        try systemCall("symlink") { symlink(directory, theirs + "/bgtaskd") }
+        let roots = try Spawned(example, [], environment: ["XDG_RUNTIME_DIR=\(theirs)", "LD_LIBRARY_PATH=\(prefix)/lib"],
+                                standardError: .mergeIntoOutput)
+        let first = try #require(try roots.readLine(timeout: 10))
+        #expect(first.contains("running in the foreground") || first.contains("cannot reach bgtaskd"), "\(first)")
+        #expect(try nobodys.app(roots.pid) == nil)
     }
 
     /// Begin in did_enter_background, the expiration handler once, end, suspended; back in

@@ -95,6 +95,38 @@ import Varlink
         #expect(isTheSystemSocket(fallen), "\(fallen)")
     }
 
+    /// The per-user socket is taken only where its daemon runs as the client's own user (or
+    /// root): root with another user's `XDG_RUNTIME_DIR` (`sudo -E`, `su` without `-`) does not
+    /// talk to that user's daemon — whatever the user runs there — but to the system's. uid
+    /// 65534's daemon, in uid 65534's runtime directory: its own user's clients reach it.
+    @Test(.enabled(if: getuid() == 0, "needs root to run a daemon and clients as another user"))
+    func thePerUserSocketIsTakenOnlyWhereTheClientsOwnUserAnswers() throws {
+        let directory = try temporaryDirectory("bgtaskd-users")
+        try systemCall("chown") { chown(directory, 65534, 65534) }
+        let daemon = try TestDaemon(directory: directory, wrapper: ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"])
+        let runtime = try temporaryDirectory("bgtaskd-runtime")
+        try systemCall("chown") { chown(runtime, 65534, 65534) }
+        try systemCall("symlink") { symlink(directory, runtime + "/bgtaskd") }
+        let only = ["XDG_RUNTIME_DIR=\(runtime)"]
+        let nobody = ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        let own = try SystemdTests.run(nobody + [Binaries.path("bgtaskctl"), "status"], environment: only)
+        #expect(own.0 == 0 && own.1.hasPrefix("bgtaskd 0.1.0 on \(runtime)/bgtaskd/io.bgtaskd\n"), "\(own)")
+        let app = try Probe(process: try Spawned(nobody[0], Array(nobody.dropFirst()) + [Binaries.path("bgtask-libprobe")], environment: only))
+        #expect(try daemon.app(app.pid)?["state"] == "foreground")
+        // Root, in that user's runtime directory: the system socket.
+        let systemAnswers = UnixSocket.isAnswering(path: "/run/bgtaskd/io.bgtaskd")
+        let roots = try SystemdTests.run([Binaries.path("bgtaskctl"), "status"], environment: only)
+        #expect(systemAnswers ? roots.0 == 0 && roots.1.hasPrefix("bgtaskd 0.1.0 on /run/bgtaskd/io.bgtaskd\n")
+                : roots.0 == 1 && roots.1.hasPrefix("bgtaskctl: cannot connect to bgtaskd at /run/bgtaskd/io.bgtaskd: "),
+                "\(roots)")
+        // Root's app, the Swift library's: subscribed where it says (an error where no system
+        // daemon answers), before its first line; not with uid 65534's daemon.
+        let rootsApp = try Spawned(Binaries.path("bgtask-libprobe"), [], environment: only)
+        let first = try JSON.parse(try #require(try rootsApp.readLine(timeout: 10)))
+        #expect(first["ready"] != nil || first["error"]?.stringValue?.contains("/run/bgtaskd/io.bgtaskd") == true, "\(first)")
+        #expect(try daemon.app(rootsApp.pid) == nil)
+    }
+
     @Test func ctlShowsTablesJSONAndExitCodes() throws {
         let daemon = try TestDaemon(["BackgroundTimeSec=30s"])
         let app = try Spawned("/bin/sleep", ["60"])
