@@ -20,6 +20,7 @@ public struct DaemonOptions: Sendable {
     Grants background tasks to Linux processes the way iOS does, over Varlink.
 
       --config FILE      read FILE (and FILE.d/*.conf) instead of \(systemConfigFile)
+                         (and, for a per-user daemon, ~/.config/bgtaskd/bgtaskd.conf after it)
       --socket PATH      listen on PATH (default: systemd's socket, else \(systemSocketPath))
       --set KEY=VALUE    override one configuration key, e.g. --set BackgroundTimeSec=500ms
       --check-config     print the effective configuration and exit (non-zero if invalid)
@@ -60,17 +61,26 @@ public struct DaemonOptions: Sendable {
         return options
     }
 
+    /// The files read, in order: `--config FILE` or `/etc/bgtaskd/bgtaskd.conf`, each
+    /// followed by its drop-ins; a per-user daemon's own `bgtaskd.conf` (`userDirectory`) and
+    /// its drop-ins after the admin's, as a user manager reads `~/.config/systemd/user.conf`.
+    public var configurationFiles: (main: [String], all: [String]) {
+        let main = configFile.map { [$0] } ?? [Self.systemConfigFile] + (userDirectory.map { [$0 + "/bgtaskd.conf"] } ?? [])
+        return (main, main.flatMap { [$0] + Self.dropIns(of: $0) })
+    }
+
     /// Loads the configuration in DESIGN.md §4 order: defaults, the main file, its drop-ins
-    /// (lexical order), then `--set`. Missing files are fine; unreadable or bad ones are not.
+    /// (lexical order), a per-user daemon's own file and its drop-ins, then `--set`. Missing
+    /// main files are fine; unreadable or bad ones are not.
     public func loadConfiguration() throws(ConfigurationError) -> Configuration {
         var configuration = Configuration()
-        let main = configFile ?? Self.systemConfigFile
-        for path in [main] + Self.dropIns(of: main) {
+        let files = configurationFiles
+        for path in files.all {
             let bytes: [UInt8]
             do {
                 bytes = try readFile(path)
             } catch {
-                if error.isNotFound, path == main { continue }
+                if error.isNotFound, files.main.contains(path) { continue }
                 throw ConfigurationError(source: path, line: 0, message: "\(error)")
             }
             guard let text = String(validating: bytes, as: UTF8.self) else {
@@ -85,19 +95,26 @@ public struct DaemonOptions: Sendable {
         return configuration
     }
 
+    /// A per-user daemon's own configuration directory, `$XDG_CONFIG_HOME/bgtaskd`
+    /// (`~/.config/bgtaskd`); `nil` for the system daemon and with `--config`. Per-user: not
+    /// root, and in a user's session (`$XDG_RUNTIME_DIR`, which a user manager and a login
+    /// set; the system unit's transient user has none).
+    public var userDirectory: String? {
+        guard configFile == nil, Host.effectiveUID != 0, Host.environment("XDG_RUNTIME_DIR") != nil else { return nil }
+        let config = Host.environment("XDG_CONFIG_HOME").flatMap { $0.hasPrefix("/") ? $0 : nil }
+            ?? (Host.environment("HOME") ?? "/") + "/.config"
+        return config + "/bgtaskd"
+    }
+
     /// Where policy files live (DESIGN.md §2b): `policy.d/` beside `--config FILE`; else
     /// `/etc/bgtaskd/policy.d` for the system daemon, `$XDG_CONFIG_HOME/bgtaskd/policy.d` for a
-    /// per-user one. Per-user: not root, and in a user's session (`$XDG_RUNTIME_DIR`, which a
-    /// user manager and a login set; the system unit's transient user has none).
+    /// per-user one.
     public var policyDirectory: String {
         if let configFile {
             let directory = configFile.split(separator: "/", omittingEmptySubsequences: false).dropLast().joined(separator: "/")
             return (directory.isEmpty ? "." : directory) + "/policy.d"
         }
-        guard Host.effectiveUID != 0, Host.environment("XDG_RUNTIME_DIR") != nil else { return "/etc/bgtaskd/policy.d" }
-        let config = Host.environment("XDG_CONFIG_HOME").flatMap { $0.hasPrefix("/") ? $0 : nil }
-            ?? (Host.environment("HOME") ?? "/") + "/.config"
-        return config + "/bgtaskd/policy.d"
+        return (userDirectory ?? "/etc/bgtaskd") + "/policy.d"
     }
 
     /// A policy file is at most this long, and at most this many are read.

@@ -126,3 +126,86 @@ import Varlink
         #expect(rootsDaemon.log().filter { $0.contains("Configuration reloaded") }.isEmpty)
     }
 }
+
+/// A per-user daemon (not root, `$XDG_RUNTIME_DIR` set, no `--config`) reads the user's own
+/// `$XDG_CONFIG_HOME/bgtaskd/bgtaskd.conf` and its drop-ins after the admin's
+/// `/etc/bgtaskd/bgtaskd.conf`, as a user manager reads `~/.config/systemd/user.conf`; its
+/// policies are `policy.d/` beside it. The system daemon (root) does not read them.
+@Suite(.serialized) struct UserConfigurationTests {
+    static let nobody = ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+    /// uid 65534's configuration home, with `bgtaskd/bgtaskd.conf`, a drop-in and a policy.
+    final class UserHome {
+        let directory: String
+        var config: String { directory + "/bgtaskd/bgtaskd.conf" }
+        var environment: [String] { ["XDG_RUNTIME_DIR=\(directory)", "XDG_CONFIG_HOME=\(directory)", "PATH=/usr/bin:/bin"] }
+
+        init() throws {
+            directory = try temporaryDirectory("bgtaskd-home")
+            for path in [directory + "/bgtaskd", config + ".d", directory + "/bgtaskd/policy.d"] {
+                try systemCall("mkdir") { mkdir(path, 0o755) }
+            }
+            try write(config, "[Background]\nBackgroundTimeSec=7s\nExpirationWarningSec=3s\n")
+            try write(config + ".d/10-mine.conf", "[Background]\nExpirationWarningSec=2s\n")
+            try write(directory + "/bgtaskd/policy.d/50-sleep.policy", "[Match]\nExecutable=/usr/bin/sleep\n\n[Policy]\nExempt=yes\n")
+            try Spawned("/bin/chown", ["-R", "65534:65534", directory]).wait(timeout: 10)
+        }
+
+        deinit { _ = try? Spawned("/bin/rm", ["-rf", directory]).wait(timeout: 10) }
+
+        func write(_ path: String, _ text: String) throws { try writeFile(path, Array(text.utf8)) }
+    }
+
+    static func checkConfig(_ home: UserHome, asNobody: Bool, _ arguments: [String] = []) throws -> (Int32, String) {
+        let command = (asNobody ? nobody : []) + [Binaries.path("bgtaskd")] + arguments + ["--check-config"]
+        return try SystemdTests.run(command, environment: home.environment)
+    }
+
+    @Test(.enabled(if: getuid() == 0, "needs root to run the daemon as uid 65534 (setpriv)"))
+    func aPerUserDaemonReadsTheUsersOwnFileAfterTheAdmins() throws {
+        let home = try UserHome()
+        let (code, output) = try Self.checkConfig(home, asNobody: true, ["--set", "GrantLatencyMaxSec=5ms"])
+        #expect(code == 0, "\(output)")
+        let lines = Set(output.split(separator: "\n").map(String.init))
+        #expect(lines.isSuperset(of: ["BackgroundTimeSec=7s", "ExpirationWarningSec=2s", "GrantLatencyMaxSec=5ms",
+                                      "# \(home.directory)/bgtaskd/policy.d/50-sleep.policy"]), "\(output)")
+        // Root's daemon, in the same environment, is the system daemon: neither is read.
+        let (rootCode, roots) = try Self.checkConfig(home, asNobody: false)
+        #expect(rootCode == 0 && !roots.contains("BackgroundTimeSec=7s") && !roots.contains("50-sleep"), "\(roots)")
+        // `--config` replaces both.
+        let other = home.directory + "/other.conf"
+        try home.write(other, "[Background]\nBackgroundTimeSec=9s\n")
+        let (_, given) = try Self.checkConfig(home, asNobody: true, ["--config", other])
+        #expect(given.contains("BackgroundTimeSec=9s\n") && given.contains("ExpirationWarningSec=5s\n"), "\(given)")
+        // A bad line in the user's file is an error naming it, as in the admin's.
+        try home.write(home.config + ".d/20-bad.conf", "[Background]\nBackgroundTimeSec=soon\n")
+        let (badCode, bad) = try Self.checkConfig(home, asNobody: true)
+        #expect(badCode == 1 && bad.hasPrefix("bgtaskd: configuration error: \(home.config).d/20-bad.conf:2: BackgroundTimeSec: "), "\(bad)")
+    }
+
+    /// A running per-user daemon's reload reads the user's file again (a bad one is refused,
+    /// naming it; a good one taken), as `systemctl --user reload bgtaskd` asks.
+    @Test(.enabled(if: getuid() == 0, "needs root to run the daemon as uid 65534 (setpriv)"))
+    func aPerUserDaemonsReloadReadsTheUsersFile() throws {
+        let home = try UserHome()
+        let directory = try temporaryDirectory("bgtaskd-own")
+        try systemCall("chown") { chown(directory, 65534, 65534) }
+        let daemon = try TestDaemon(["GrantLatencyMaxSec=5ms"], directory: directory,
+                                    environment: Array(home.environment.dropLast()), wrapper: Self.nobody)
+        let probe = try daemon.probe()
+        func remaining() throws -> Double {
+            try daemon.setState(probe.pid, "background")
+            defer { try? daemon.setState(probe.pid, "foreground") }
+            return try daemon.app(probe.pid)?["backgroundTimeRemaining"]?.doubleValue ?? -1
+        }
+        _ = try probe.begin("work")
+        try waitUntil("the task granted") { try daemon.tasks().first?["state"] == "granted" }
+        #expect(try (6.9...7).contains(remaining()))
+        try home.write(home.config, "[Background]\nBackgroundTimeSec=soon\n")
+        let refused = try daemon.ctl(["reload"], asUser: 65534)
+        #expect(refused.0 == 1 && refused.1.contains(": \(home.config):2: BackgroundTimeSec: "), "\(refused)")
+        try home.write(home.config, "[Background]\nBackgroundTimeSec=12s\n")
+        #expect(try daemon.ctl(["reload"], asUser: 65534) == (0, ""))
+        #expect(try (11.9...12).contains(remaining()))
+    }
+}

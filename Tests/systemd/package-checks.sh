@@ -78,6 +78,13 @@ user_daemon=$(asuser systemctl --user show -P MainPID bgtaskd.service)
 check user-daemon-is-the-users sh -c "[ '$user_daemon' != 0 ] && [ \"\$(stat -c %u /proc/$user_daemon)\" = 4250 ] && grep -q 'user@4250.service' /proc/$user_daemon/cgroup && test -d /run/user/4250/bgtaskd-state/state"
 # `systemctl --user reload` runs the unit's `bgtaskctl reload` as the user: the daemon's own.
 check user-reload bash -c "asuser systemctl --user reload bgtaskd.service && journalctl --no-pager _UID=4250 | grep -q 'Configuration reloaded'"
+# The user's own ~/.config/bgtaskd/bgtaskd.conf is read over the admin's: a bad value there
+# fails the reload, naming it (the old configuration kept); removed, the reload takes.
+asuser mkdir -p /home/bgtaskuser/.config/bgtaskd
+asuser sh -c 'printf "[Background]\nBackgroundTimeSec=soon\n" > /home/bgtaskuser/.config/bgtaskd/bgtaskd.conf'
+check user-config-read bash -c "! asuser systemctl --user reload bgtaskd.service 2>/dev/null && journalctl --no-pager _UID=4250 | grep -q 'Configuration not reloaded, keeping the old one: /home/bgtaskuser/.config/bgtaskd/bgtaskd.conf:2: BackgroundTimeSec'"
+rm -f /home/bgtaskuser/.config/bgtaskd/bgtaskd.conf
+check user-config-removed asuser systemctl --user reload bgtaskd.service
 asuser systemd-run --user --scope --quiet --unit=user-app sleep 600 &
 scope=/sys/fs/cgroup/user.slice/user-4250.slice/user@4250.service/app.slice/user-app.scope
 check user-app-in-its-scope within 50 grep -q . $scope/cgroup.procs
