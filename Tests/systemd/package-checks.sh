@@ -76,6 +76,9 @@ check user-socket-file within 50 test -S /run/user/4250/bgtaskd/io.bgtaskd
 check user-status-starts-daemon bash -c 'asuser bgtaskctl --user status | grep -q "^bgtaskd .* on /run/user/4250/bgtaskd/io.bgtaskd$"'
 user_daemon=$(asuser systemctl --user show -P MainPID bgtaskd.service)
 check user-daemon-is-the-users sh -c "[ '$user_daemon' != 0 ] && [ \"\$(stat -c %u /proc/$user_daemon)\" = 4250 ] && grep -q 'user@4250.service' /proc/$user_daemon/cgroup && test -d /run/user/4250/bgtaskd-state/state"
+# Sandboxed (PrivateUsers= and what it allows a user manager): a user namespace mapping
+# only the user, and a read-only root.
+check user-daemon-sandboxed sh -c "[ \"\$(awk '{print \$1, \$2, \$3}' /proc/$user_daemon/uid_map)\" = '4250 4250 1' ] && awk '\$5 == \"/\" {print \$6}' /proc/$user_daemon/mountinfo | grep -q '^ro'"
 # `systemctl --user reload` runs the unit's `bgtaskctl reload` as the user: the daemon's own.
 check user-reload bash -c "asuser systemctl --user reload bgtaskd.service && journalctl --no-pager _UID=4250 | grep -q 'Configuration reloaded'"
 # The user's own ~/.config/bgtaskd/bgtaskd.conf is read over the admin's: a bad value there
@@ -85,6 +88,14 @@ asuser sh -c 'printf "[Background]\nBackgroundTimeSec=soon\n" > /home/bgtaskuser
 check user-config-read bash -c "! asuser systemctl --user reload bgtaskd.service 2>/dev/null && journalctl --no-pager _UID=4250 | grep -q 'Configuration not reloaded, keeping the old one: /home/bgtaskuser/.config/bgtaskd/bgtaskd.conf:2: BackgroundTimeSec'"
 rm -f /home/bgtaskuser/.config/bgtaskd/bgtaskd.conf
 check user-config-removed asuser systemctl --user reload bgtaskd.service
+# KeepAwake= from its user namespace: logind's idle inhibitor, held as the user, while the
+# user's app runs in the background with a task.
+asuser bgtaskctl --user run --name awake -- sleep 60 &
+check user-task-granted within 50 bash -c "asuser bgtaskctl --user --no-legend tasks | grep -q ' awake granted '"
+awake_pid=$(asuser bgtaskctl --user --no-legend apps | awk '$3 == "bgtaskctl" {print $1}')
+check user-awake-background asuser bgtaskctl --user background "$awake_pid"
+check user-keep-awake within 50 bash -c "asuser bgtaskctl --user status | grep -q '^   Keep awake: yes (logind.s idle inhibitor held' && systemd-inhibit --list --no-legend | grep -Eq '^bgtaskd +4250 bgtaskuser +$user_daemon +bgtaskd +idle '"
+kill "$awake_pid" 2>/dev/null
 asuser systemd-run --user --scope --quiet --unit=user-app sleep 600 &
 scope=/sys/fs/cgroup/user.slice/user-4250.slice/user@4250.service/app.slice/user-app.scope
 check user-app-in-its-scope within 50 grep -q . $scope/cgroup.procs

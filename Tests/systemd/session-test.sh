@@ -110,6 +110,12 @@ system_locks=\$(journalctl -u bgtaskd --no-pager | grep -c "session locked")
 asuser systemctl --user start bgtask-session.service
 if within 100 sh -c "journalctl --no-pager -o cat -t bgtask-session | grep -q 'connected to bgtaskd at \$run/bgtaskd/io.bgtaskd'"; then ok agent-reaches-user-daemon; else
     fail agent-reaches-user-daemon "\$(agentlog | tail -3 | tr '\n' ' ')"; fi
+# Both user units run sandboxed (PrivateUsers=: a user namespace mapping only the user);
+# the daemon, activated by the agent's connection, may still be starting.
+sandboxed() { [ "\$(tr -s ' ' < /proc/\$(asuser systemctl --user show -P MainPID \$1)/uid_map)" = " $uid $uid 1" ]; }
+export run; export -f sandboxed asuser
+if within 50 bash -c 'sandboxed bgtask-session.service && sandboxed bgtaskd.service'; then ok user-units-sandboxed; else
+    fail user-units-sandboxed "\$(for unit in bgtask-session bgtaskd; do cat /proc/\$(asuser systemctl --user show -P MainPID \$unit.service)/uid_map; done | tr '\n' ' ')"; fi
 if within 50 bash -c 'stopped && [ "\$(userlocks)" = 1 ]'; then ok user-daemon-suspends-on-locked-start; else
     fail user-daemon-suspends-on-locked-start "state \$(state); \$(agentlog | tail -3 | tr '\n' ' ') \$(userlog | tail -3 | tr '\n' ' ')"; fi
 hint false
