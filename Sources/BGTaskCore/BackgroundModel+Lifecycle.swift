@@ -62,6 +62,19 @@ extension BackgroundModel {
         terminateNow(app, reason: .manager, at: now, effects: &effects)
     }
 
+    /// A suspended app was thawed by someone else who sent it `signal` to stop (systemd
+    /// thaws a frozen unit it stops, then sends its `KillSignal=`): frozen again, it could
+    /// never act on it, and the stop would hang until systemd's own `SIGKILL` (90 s by
+    /// default). It is terminated with that signal instead — which it handles once thawed —
+    /// and `SIGKILL` when `TerminateGraceSec` runs out: let go, but not for longer than any
+    /// termination (an owner who signals and thaws their own suspended app ends it; it does
+    /// not run on). Only a suspended app; `SIGKILL` needs no grace.
+    public mutating func stoppedWhileSuspended(_ app: ProcessIdentity, signal: TerminateSignal, at now: Instant,
+                                               effects: inout [Effect]) {
+        guard apps[app]?.state == .suspended else { return }
+        terminateNow(app, reason: .stoppedWhileSuspended, signal: signal, at: now, effects: &effects)
+    }
+
     /// A watched process exited (rule 9): an app's own process takes the app and its tasks
     /// with it; any other process takes the tasks it began.
     public mutating func processExited(_ process: ProcessIdentity, at now: Instant, effects: inout [Effect]) {
@@ -315,9 +328,10 @@ extension BackgroundModel {
     /// Terminates an app: its tasks expire (or end), it is forgotten, and the daemon signals
     /// it. A catchable signal is followed by `SIGKILL` after `TerminateGraceSec`; `SIGKILL`
     /// itself by a `kill` after `terminationStopBound`.
-    mutating func terminateNow(_ app: ProcessIdentity, reason: ActionReason, at now: Instant, effects: inout [Effect]) {
+    mutating func terminateNow(_ app: ProcessIdentity, reason: ActionReason, signal chosen: TerminateSignal? = nil,
+                               at now: Instant, effects: inout [Effect]) {
         guard let record = apps[app] else { return }
-        let signal = settings(record).terminateSignal
+        let signal = chosen ?? settings(record).terminateSignal
         var names: [String] = []
         var expired: [TaskID] = []
         let watched = needsWatch(app)

@@ -17,6 +17,9 @@ public enum Wait: Hashable, Sendable {
     case terminationStops
     /// An app the service manager was asked to move into a scope of its own: has it?
     case isolation(ProcessIdentity)
+    /// A frozen app thawed by someone else and frozen again: is it being stopped (a kill
+    /// signal pending, as systemd sends one right after it thaws a unit it stops)?
+    case thawCheck(ProcessIdentity)
     /// The state file could not be written: try again.
     case stateRetry
     /// The state log's work left for when calls have paused: a rewrite once it has grown past

@@ -69,6 +69,10 @@ public enum ActionReason: String, CaseIterable, Sendable {
     case wakeFinished
     /// Resumed for scheduled requests (the history entry's detail names them).
     case launch
+    /// Suspended, it was thawed and sent a signal to stop by someone else — its service
+    /// manager stopping its unit (`systemctl stop`, a logout): let go to handle it, and
+    /// killed if it has not exited when `TerminateGraceSec` runs out.
+    case stoppedWhileSuspended
 }
 
 /// Where `Expire` moves an app: to its expiration warning, or past its deadline.

@@ -140,6 +140,12 @@ extension Daemon {
         case .stopCheck: enforcer.checkStops(at: loop.now)
         case .terminationStops: enforcer.signalStoppedTerminations(at: loop.now)
         case let .isolation(app): checkScope(app)
+        case let .thawCheck(app):
+            guard let number = enforcer.stopSignalPending(app),
+                  let signal = TerminateSignal.all.first(where: { $0.number == number }) else { return }
+            var effects: [Effect] = []
+            model.stoppedWhileSuspended(app, signal: signal, at: now, effects: &effects)
+            carryOut(effects)
         case .stateRetry: writeState()
         case .stateQuiet: whenStateQuiet()
         case .status: sendStatus()

@@ -27,6 +27,9 @@ public enum DaemonMain {
             return 1
         }
         if options.checkConfig {
+            // Which files made it, in the order read (a comment: the output stays a valid file).
+            let read = options.configurationFiles.all.filter { FileSystem.exists($0) }
+            print("# " + (read.isEmpty ? "no configuration file: the built-in defaults" : read.joined(separator: ", ")))
             print(configuration.rendered(), terminator: "")
             for policy in policies.policies {
                 print("\n# \(policy.file)\n" + Daemon.describe(policy), terminator: "")

@@ -206,5 +206,26 @@ extension Enforcer {
             log(.warning, about: record.uid, "App \(app) (\(record.command)) was thawed while suspended (\(cgroup.directory)/cgroup.freeze set to 0 by someone else, or its slice thawed); freezing it again")
         }
         try? setFrozen(true, cgroup, of: app)
+        // systemd stopping a frozen unit thaws it, then sends its kill signal: frozen again,
+        // the app could never act on it. Looked at once the signal has had time to come.
+        schedule(.thawCheck(app), Clock.monotonicNanoseconds() + Self.thawCheckDelay)
+    }
+
+    /// How long after a thaw by someone else a frozen app is looked at for a signal to stop
+    /// (systemd sends it microseconds after its thaw; the daemon may freeze the app first).
+    static let thawCheckDelay: Int64 = 50_000_000
+
+    /// The signal to stop (`SIGTERM`, `SIGINT`, `SIGHUP` or `SIGQUIT`: what a `KillSignal=`
+    /// is) pending on a process of `app`, a frozen app thawed by someone else and frozen
+    /// again; `nil` if none (or the app is no longer frozen by the daemon). Looks into at
+    /// most `cgroupsPerLook` cgroups, stopping at the first process with one.
+    func stopSignalPending(_ app: ProcessIdentity) -> Int32? {
+        guard case let .freezer(cgroup)? = suspended[app]?.method else { return nil }
+        var signal: Int32?
+        _ = try? cgroup.firstProcess(where: { pid in
+            signal = ProcStatus.pendingStopSignal(pid: pid)
+            return signal != nil
+        }, cgroupsAtMost: Self.cgroupsPerLook)
+        return signal
     }
 }

@@ -168,4 +168,29 @@ public enum ProcStatus {
 
     /// The effective uid of `pid`.
     public static func effectiveUID(pid: Int32) throws(Errno) -> UInt32 { try uids(pid: pid).effective }
+
+    /// The signals a service manager stops a process with (`KillSignal=`: `SIGTERM`, and
+    /// `SIGINT`, `SIGHUP`, `SIGQUIT` as units set it), in that order of preference.
+    public static let stopSignals: [Int32] = [SIGTERM, SIGINT, SIGHUP, SIGQUIT]
+
+    /// The first of `stopSignals` pending on `pid` (its own `SigPnd:` or its thread group's
+    /// `ShdPnd:`), `nil` if none or it cannot be read.
+    public static func pendingStopSignal(pid: Int32) -> Int32? {
+        guard let bytes = try? readFile("/proc/\(pid)/status", shortReadEnds: true) else { return nil }
+        let pending = parsePending(bytes)
+        return stopSignals.first { pending & (1 << UInt64($0 - 1)) != 0 }
+    }
+
+    /// `SigPnd:` and `ShdPnd:` of a status text, together (hexadecimal masks, bit N-1 for
+    /// signal N); 0 where neither is there.
+    static func parsePending(_ bytes: [UInt8]) -> UInt64 {
+        var mask: UInt64 = 0
+        for line in bytes.split(separator: UInt8(ascii: "\n")) {
+            guard line.count > 7, line.starts(with: Array("SigPnd:".utf8)) || line.starts(with: Array("ShdPnd:".utf8)) else { continue }
+            let digits = line.dropFirst(7).drop { $0 == UInt8(ascii: "\t") || $0 == UInt8(ascii: " ") }
+            guard let value = UInt64(String(decoding: digits, as: UTF8.self), radix: 16) else { continue }
+            mask |= value
+        }
+        return mask
+    }
 }

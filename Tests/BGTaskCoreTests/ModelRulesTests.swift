@@ -589,6 +589,32 @@ import Testing
         #expect(h.take().isEmpty)
     }
 
+    /// A suspended app thawed by someone else and sent a signal to stop (systemd stopping its
+    /// unit) is terminated with that signal, whatever `TerminateSignal=` says (`SIGKILL` by
+    /// default), and killed when `TerminateGraceSec` runs out; a running app is not touched
+    /// (it acts on the signal by itself).
+    @Test func anAppStoppedWhileSuspendedIsTerminatedWithTheSignalItWasSent() throws {
+        var h = ModelHarness { $0.terminateGrace = .seconds(2) }
+        let app = try h.app()
+        let running = try h.app(pid: 101)
+        try h.background(app)
+        h.finishTransition(app)
+        #expect(h.state(app) == .suspended)
+        _ = h.take()
+        h.model.stoppedWhileSuspended(running, signal: .term, at: h.now, effects: &h.effects)
+        #expect(h.take().isEmpty && h.state(running) == .foreground)
+        let interrupt = TerminateSignal(parsing: "SIGINT")!
+        h.model.stoppedWhileSuspended(app, signal: interrupt, at: h.now, effects: &h.effects)
+        let first = h.take()
+        #expect(first.compactMap { if case let .act(r, s) = $0 { "\(r.action) \(r.reason) \(s!)" } else { nil } }
+                == ["terminated stoppedWhileSuspended SIGINT"], "\(first)")
+        #expect(h.state(app) == nil)
+        h.at(1.999)
+        #expect(h.take().isEmpty)
+        h.at(2)
+        #expect(h.take() == [.kill(app, uid: 1000), .unwatch(app)])
+    }
+
     /// A catchable signal the daemon could send only after the termination (its processes'
     /// stops took long) gives the app its whole grace from the signal; the `SIGKILL` due at the
     /// first instant does not come, and the later one survives a restart. A `SIGKILL`

@@ -30,6 +30,27 @@ import TestSupport
     /// Every name of a directory, of every length from 1 to 255 bytes, read whole: a name is
     /// read from its own record, which is only as long as it (copying `d_name` whole read past
     /// the last record of glibc's buffer; `make sanitize` caught it in a unit lookup by name).
+    /// The signals to stop pending on a process: its own `SigPnd:` and its group's `ShdPnd:`,
+    /// `SIGTERM` first; a real child that blocks `SIGTERM` and is sent it has it pending.
+    @Test func pendingStopSignalsAreReadFromStatus() throws {
+        let status = Array("Name:\tx\nSigQ:\t0/1\nSigPnd:\t0000000000000004\nShdPnd:\t0000000000004000\nSigBlk:\t0000000000004000\n".utf8)
+        #expect(ProcStatus.parsePending(status) == 0x4004)
+        #expect(ProcStatus.parsePending(Array("SigPnd:\tzz\n".utf8)) == 0)
+        let child = try Spawned("/usr/bin/python3", ["-c", """
+            import signal, sys, time
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+            print("blocked", flush=True)
+            time.sleep(60)
+            """])
+        #expect(try child.readLine(timeout: 10) == "blocked")
+        #expect(ProcStatus.pendingStopSignal(pid: child.pid) == nil)
+        try child.signal(SIGINT)
+        try waitUntil("SIGINT pending") { ProcStatus.pendingStopSignal(pid: child.pid) == SIGINT }
+        try child.signal(SIGTERM)
+        try waitUntil("SIGTERM pending, before SIGINT") { ProcStatus.pendingStopSignal(pid: child.pid) == SIGTERM }
+        try child.signal(SIGKILL)
+    }
+
     @Test func directoryNamesOfEveryLengthAreReadWhole() throws {
         var template = Array("/tmp/bgtaskd-names-XXXXXX".utf8CString)
         let directory = try #require(template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }.map { String(cString: $0) })

@@ -41,6 +41,8 @@ import Varlink
         let lines = Set(output.split(separator: "\n").map(String.init))
         #expect(lines.isSuperset(of: ["BackgroundTimeSec=40s", "ExpirationWarningSec=4s", "TaskAgeWarningSec=1min",
                                       "TransitionTimeoutSec=5s", "MaxMessageBytes=64K"]))
+        // First, as a comment, the files read in order (not the README beside the drop-ins).
+        #expect(output.hasPrefix("# \(files.main), \(files.main).d/10-a.conf, \(files.main).d/20-b.conf\n[Background]\n"), "\(output)")
     }
 
     static let badValues = [
@@ -169,6 +171,9 @@ import Varlink
         let lines = Set(output.split(separator: "\n").map(String.init))
         #expect(lines.isSuperset(of: ["BackgroundTimeSec=7s", "ExpirationWarningSec=2s", "GrantLatencyMaxSec=5ms",
                                       "# \(home.directory)/bgtaskd/policy.d/50-sleep.policy"]), "\(output)")
+        // The files read, in order, first: the admin's where there is one, then the user's.
+        let admin = access("/etc/bgtaskd/bgtaskd.conf", F_OK) == 0 ? "/etc/bgtaskd/bgtaskd.conf, " : ""
+        #expect(output.hasPrefix("# \(admin)\(home.config), \(home.config).d/10-mine.conf\n[Background]\n"), "\(output)")
         // Root's daemon, in the same environment, is the system daemon: neither is read.
         let (rootCode, roots) = try Self.checkConfig(home, asNobody: false)
         #expect(rootCode == 0 && !roots.contains("BackgroundTimeSec=7s") && !roots.contains("50-sleep"), "\(roots)")
@@ -176,7 +181,7 @@ import Varlink
         let other = home.directory + "/other.conf"
         try home.write(other, "[Background]\nBackgroundTimeSec=9s\n")
         let (_, given) = try Self.checkConfig(home, asNobody: true, ["--config", other])
-        #expect(given.contains("BackgroundTimeSec=9s\n") && given.contains("ExpirationWarningSec=5s\n"), "\(given)")
+        #expect(given.hasPrefix("# \(other)\n") && given.contains("BackgroundTimeSec=9s\n") && given.contains("ExpirationWarningSec=5s\n"), "\(given)")
         // A bad line in the user's file is an error naming it, as in the admin's.
         try home.write(home.config + ".d/20-bad.conf", "[Background]\nBackgroundTimeSec=soon\n")
         let (badCode, bad) = try Self.checkConfig(home, asNobody: true)

@@ -89,13 +89,14 @@ check user-config-read bash -c "! asuser systemctl --user reload bgtaskd.service
 rm -f /home/bgtaskuser/.config/bgtaskd/bgtaskd.conf
 check user-config-removed asuser systemctl --user reload bgtaskd.service
 # KeepAwake= from its user namespace: logind's idle inhibitor, held as the user, while the
-# user's app runs in the background with a task.
-asuser bgtaskctl --user run --name awake -- sleep 60 &
+# user's app runs in the background with a task. The app in a scope of its own: a process of
+# the user's here in checks.service would make this whole unit its app, and the user's
+# processes in it (these checks' own) would be stopped with it.
+asuser systemd-run --user --scope --quiet --unit=awake-app bgtaskctl --user run --name awake -- sleep 60 &
 check user-task-granted within 50 bash -c "asuser bgtaskctl --user --no-legend tasks | grep -q ' awake granted '"
-awake_pid=$(asuser bgtaskctl --user --no-legend apps | awk '$3 == "bgtaskctl" {print $1}')
-check user-awake-background asuser bgtaskctl --user background "$awake_pid"
+check user-awake-background asuser bgtaskctl --user background --unit awake-app.scope
 check user-keep-awake within 50 bash -c "asuser bgtaskctl --user status | grep -q '^   Keep awake: yes (logind.s idle inhibitor held' && systemd-inhibit --list --no-legend | grep -Eq '^bgtaskd +4250 bgtaskuser +$user_daemon +bgtaskd +idle '"
-kill "$awake_pid" 2>/dev/null
+asuser systemctl --user stop awake-app.scope
 asuser systemd-run --user --scope --quiet --unit=user-app sleep 600 &
 scope=/sys/fs/cgroup/user.slice/user-4250.slice/user@4250.service/app.slice/user-app.scope
 check user-app-in-its-scope within 50 grep -q . $scope/cgroup.procs
@@ -104,6 +105,24 @@ check user-app-background asuser bgtaskctl --user background "$user_app"
 check user-app-frozen within 50 bash -c "grep -qx 'frozen 1' $scope/cgroup.events && asuser bgtaskctl --user --no-legend apps | grep -q ' suspended '"
 check user-app-foreground asuser bgtaskctl --user foreground "$user_app"
 check user-app-thawed within 50 grep -qx 'frozen 0' $scope/cgroup.events
+# A suspended (frozen) app whose unit is stopped: systemd thaws it and sends SIGTERM, and the
+# daemon must not freeze it again before it acts on it (the stop then hung until systemd's
+# SIGKILL, 90 s later). The app handles SIGTERM, blocked but for a moment every 0.2 s, so
+# the signal is still pending when the daemon looks however fast the thaw is seen.
+cat > /tmp/term-app.py <<'PY'
+import signal, sys, time
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+while True:
+    time.sleep(0.2)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+PY
+asuser systemd-run --user --scope --quiet --unit=stop-app python3 /tmp/term-app.py &
+stop_scope=/sys/fs/cgroup/user.slice/user-4250.slice/user@4250.service/app.slice/stop-app.scope
+check user-stop-app-in-its-scope within 50 grep -q . $stop_scope/cgroup.procs
+check user-stop-app-frozen timeout 10 bash -c "asuser bgtaskctl --user background --unit stop-app.scope && until grep -qx 'frozen 1' $stop_scope/cgroup.events; do sleep 0.1; done"
+check user-frozen-unit-stops timeout 20 bash -c "asuser systemctl --user stop stop-app.scope && journalctl --no-pager _UID=4250 | grep -q 'terminated with SIGTERM: stoppedWhileSuspended'"
 kill "$user_app" 2>/dev/null
 # What the user's manager starts finds that daemon without being told (the package's user
 # environment generator, run again by enable's reload), and the system one once it is disabled.
