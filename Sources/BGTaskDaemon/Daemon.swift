@@ -211,6 +211,7 @@ public final class Daemon {
         enforcer.schedule = { [unowned self] wait, instant in
             if let instant { model.schedule(wait, at: Instant(nanoseconds: instant)) } else { model.cancel(wait) }
         }
+        enforcer.scheduleAfter = { [unowned self] wait, delay in model.schedule(wait, at: Instant(nanoseconds: loop.now + delay)) }
         enforcer.holds = { [unowned self] app, processes in model.terminationHolds(app, processes: processes) }
         enforcer.signalled = { [unowned self] app, instant, whole in
             model.terminationSignalled(app, at: Instant(nanoseconds: instant), cgroup: whole.map {

@@ -208,7 +208,7 @@ extension Enforcer {
         try? setFrozen(true, cgroup, of: app)
         // systemd stopping a frozen unit thaws it, then sends its kill signal: frozen again,
         // the app could never act on it. Looked at once the signal has had time to come.
-        schedule(.thawCheck(app), Clock.monotonicNanoseconds() + Self.thawCheckDelay)
+        scheduleAfter(.thawCheck(app), Self.thawCheckDelay)
     }
 
     /// How long after a thaw by someone else a frozen app is looked at for a signal to stop
@@ -217,15 +217,22 @@ extension Enforcer {
 
     /// The signal to stop (`SIGTERM`, `SIGINT`, `SIGHUP` or `SIGQUIT`: what a `KillSignal=`
     /// is) pending on a process of `app`, a frozen app thawed by someone else and frozen
-    /// again; `nil` if none (or the app is no longer frozen by the daemon). Looks into at
-    /// most `cgroupsPerLook` cgroups, stopping at the first process with one.
+    /// again; `nil` if none (or the app is no longer frozen by the daemon). Looks at the
+    /// first `stopLookProcesses` processes of at most `cgroupsPerLook` cgroups, stopping at
+    /// the first with one: systemd signals every process of the unit (its main one alone
+    /// with `KillMode=mixed`, the first listed as a rule), and an owner thawing a unit of
+    /// thousands of processes over and over costs a bounded look each time.
     func stopSignalPending(_ app: ProcessIdentity) -> Int32? {
         guard case let .freezer(cgroup)? = suspended[app]?.method else { return nil }
         var signal: Int32?
+        var left = Self.stopLookProcesses
         _ = try? cgroup.firstProcess(where: { pid in
+            left -= 1
             signal = ProcStatus.pendingStopSignal(pid: pid)
-            return signal != nil
+            return signal != nil || left == 0
         }, cgroupsAtMost: Self.cgroupsPerLook)
         return signal
     }
+
+    static let stopLookProcesses = 64
 }

@@ -103,6 +103,9 @@ final class Enforcer {
     private let record: (LogEntry.Priority, UInt32?, String) -> Void
     /// Arms (an instant) or disarms (`nil`) one of the enforcement's waits: the model's timers.
     var schedule: (Wait, Int64?) -> Void = { _, _ in }
+    /// Arms one of them this many nanoseconds after the daemon's present instant: for what
+    /// comes with no instant of its caller's (a `cgroup.events` report).
+    var scheduleAfter: (Wait, Int64) -> Void = { _, _ in }
     /// A catchable termination's signal went out (at once, or after its stops were waited
     /// for), to the processes `holds` was just told of and the cgroup that is the app's whole
     /// (with the instance it was): the model's grace runs from then, a restart does not send
