@@ -128,6 +128,7 @@ import TestSupport
         "bad-reload-refused", "journal-fields", "watchdog-restart", "ctl-status-after-restart", "watchdog-logged",
         "restart-keeps-state", "resumed-after-restart", "task-ended-after-restart",
         "scope-frozen-by-unit", "scope-listed-as-unit", "slice-thaw-frozen-again", "unit-refusals", "scope-terminated-whole",
+        "frozen-scope-stops",
         "process-app-isolated-in-scope", "isolated-app-frozen-whole", "isolated-app-terminated-whole",
         "unit-started-again-outlives-the-grace", "idle-inhibited-while-in-background", "idle-released-after-the-linger",
     ]
