@@ -198,20 +198,10 @@ else
     fail scope-terminated-whole "$(cat "$app_scope/cgroup.procs" 2>&1 | tr '\n' ' ')"
 fi
 # systemd stopping a frozen unit thaws it, then sends SIGTERM: the daemon terminates the app
-# with that signal, which it handles, instead of freezing it again until systemd's SIGKILL
-# 90 s later. The app blocks SIGTERM but for a moment every 0.2 s, so that the signal is
-# still pending when the daemon looks, however fast the thaw is seen.
-cat > /tmp/term-app.py <<'PY'
-import signal, sys, time
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-while True:
-    time.sleep(0.2)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-PY
+# with that signal, which it handles (term-app.py), instead of freezing it again until
+# systemd's SIGKILL 90 s later.
 stop_scope=/sys/fs/cgroup/system.slice/bgtaskd-stop.scope
-scoped --unit=bgtaskd-stop python3 /tmp/term-app.py &
+scoped --unit=bgtaskd-stop python3 /opt/bgtaskd/term-app.py &
 if until_true 10 grep -q . "$stop_scope/cgroup.procs" && "$ctl" background --unit bgtaskd-stop.scope >/dev/null \
    && until_true 5 grep -q '^frozen 1' "$stop_scope/cgroup.events" \
    && timeout 20 systemctl stop bgtaskd-stop.scope \

@@ -10,6 +10,7 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 
 make -s -C "$repo" install-files DESTDIR="$work/dest" PREFIX=/opt/bgtaskd SYSCONFDIR=/opt/bgtaskd/etc >/dev/null
 install -m755 "$repo/Tests/systemd/checks.sh" "$work/dest/opt/bgtaskd/checks.sh"
+install -m644 "$repo/Tests/systemd/term-app.py" "$work/dest/opt/bgtaskd/term-app.py"
 # The scriptable test app, for a task that is not bound to a connection (one that survives a restart).
 install -m755 "$repo/.build/release/bgtask-probe" "$work/dest/opt/bgtaskd/bgtask-probe"
 

@@ -107,18 +107,8 @@ check user-app-foreground asuser bgtaskctl --user foreground "$user_app"
 check user-app-thawed within 50 grep -qx 'frozen 0' $scope/cgroup.events
 # A suspended (frozen) app whose unit is stopped: systemd thaws it and sends SIGTERM, and the
 # daemon must not freeze it again before it acts on it (the stop then hung until systemd's
-# SIGKILL, 90 s later). The app handles SIGTERM, blocked but for a moment every 0.2 s, so
-# the signal is still pending when the daemon looks however fast the thaw is seen.
-cat > /tmp/term-app.py <<'PY'
-import signal, sys, time
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-while True:
-    time.sleep(0.2)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-PY
-asuser systemd-run --user --scope --quiet --unit=stop-app python3 /tmp/term-app.py &
+# SIGKILL, 90 s later). The app handles SIGTERM (term-app.py).
+asuser systemd-run --user --scope --quiet --unit=stop-app python3 /pkgtest/term-app.py &
 stop_scope=/sys/fs/cgroup/user.slice/user-4250.slice/user@4250.service/app.slice/stop-app.scope
 check user-stop-app-in-its-scope within 50 grep -q . $stop_scope/cgroup.procs
 check user-stop-app-frozen timeout 10 bash -c "asuser bgtaskctl --user background --unit stop-app.scope && until grep -qx 'frozen 1' $stop_scope/cgroup.events; do sleep 0.1; done"

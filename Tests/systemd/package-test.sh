@@ -19,7 +19,8 @@ debs=${1:-$repo/build/deb}
 ls "$debs"/bgtaskd_*.deb "$debs"/libbgtask0_*.deb "$debs"/libbgtask-dev_*.deb >/dev/null
 
 mkdir -p "$work/pkgtest"
-cp "$repo/Tests/systemd/package-checks.sh" "$repo/Tests/systemd/package-checks-lib.sh" "$repo/examples/bgtask-example.c" "$work/pkgtest/"
+cp "$repo/Tests/systemd/package-checks.sh" "$repo/Tests/systemd/package-checks-lib.sh" "$repo/Tests/systemd/term-app.py" \
+    "$repo/examples/bgtask-example.c" "$work/pkgtest/"
 boot_overlay_container bgtaskd-pkg "/bin/bash /pkgtest/package-checks.sh" \
     --bind-ro="$debs:/debs" --bind-ro="$work/pkgtest:/pkgtest" || exit 1
 if grep -q "^fail" "$work/out/results"; then
