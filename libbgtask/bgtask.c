@@ -69,8 +69,6 @@ EXPORT int bgtask_app_process(bgtask_app *app) {
     return result;
 }
 
-/* The per-user daemon's socket: $XDG_RUNTIME_DIR/bgtaskd/io.bgtaskd, else
- * /run/user/UID/bgtaskd/io.bgtaskd (as DaemonSocket.userPath in the Swift library). */
 /* A connection to the daemon at path where it runs as this process's user or root, else -1:
  * an inherited $XDG_RUNTIME_DIR (sudo -E, su without -) names another user's directory. */
 static int connect_own_daemon(const char *path) {
@@ -85,6 +83,8 @@ static int connect_own_daemon(const char *path) {
     return -1;
 }
 
+/* The per-user daemon's socket: $XDG_RUNTIME_DIR/bgtaskd/io.bgtaskd, else
+ * /run/user/UID/bgtaskd/io.bgtaskd (as DaemonSocket.userPath in the Swift library). */
 static char *user_socket_path(void) {
     const char *runtime = getenv("XDG_RUNTIME_DIR");
     char *path = NULL;

@@ -181,12 +181,14 @@ public enum ProcStatus {
         return stopSignals.first { pending & (1 << UInt64($0 - 1)) != 0 }
     }
 
+    private static let pendingPrefixes = (own: Array("SigPnd:".utf8), shared: Array("ShdPnd:".utf8))
+
     /// `SigPnd:` and `ShdPnd:` of a status text, together (hexadecimal masks, bit N-1 for
     /// signal N); 0 where neither is there.
     static func parsePending(_ bytes: [UInt8]) -> UInt64 {
         var mask: UInt64 = 0
         for line in bytes.split(separator: UInt8(ascii: "\n")) {
-            guard line.count > 7, line.starts(with: Array("SigPnd:".utf8)) || line.starts(with: Array("ShdPnd:".utf8)) else { continue }
+            guard line.count > 7, line.starts(with: pendingPrefixes.own) || line.starts(with: pendingPrefixes.shared) else { continue }
             let digits = line.dropFirst(7).drop { $0 == UInt8(ascii: "\t") || $0 == UInt8(ascii: " ") }
             guard let value = UInt64(String(decoding: digits, as: UTF8.self), radix: 16) else { continue }
             mask |= value
