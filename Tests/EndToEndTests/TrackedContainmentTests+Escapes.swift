@@ -153,7 +153,13 @@ extension TrackedContainmentTests {
         try daemon.setState(app.pid, "foreground")
         try #require(try daemon.app(app.pid)?["containment"] == "tracked")
         try daemon.manager("Terminate", ["pid": .int(Int64(app.pid))])
-        let line = try #require(try app.readLine(timeout: 5))
+        guard let line = try app.readLine(timeout: 5) else {
+            // Seen once in CI (cause unknown): every writer of the app's output gone before the
+            // worker's line. What the daemon did to it says why, next time.
+            let status = try? app.wait(timeout: 1)
+            Issue.record("the app's output ended before its worker's line (wait status \(status.map { String($0) } ?? "unknown")); the daemon's log:\n\(daemon.log().suffix(30).joined(separator: "\n"))")
+            return
+        }
         let signalled = Clock.monotonicNanoseconds()
         let worker = try Pidfd.open(pid: try #require(Int32(line.split(separator: " ").last ?? ""), "not a pid: \(line)"))
         defer { try? worker.send(signal: SIGKILL) }  // the test's own, if the daemon missed it
