@@ -438,10 +438,35 @@ extension BackgroundModel {
     /// The earliest instant at which `advance(to:)` may have work; `nil` when nothing is armed.
     /// May be early (a cancelled timer), never late. Mutating only to be read in place
     /// (`BackgroundModel.uid(of:)`): the daemon asks after every pass.
+    /// Between calls (the model whole), so the timers made stale meanwhile are dropped here
+    /// once they have piled up (`TimerQueue.hasPiledUp`).
     public mutating func nextDeadline() -> Instant? {
+        dropStaleTimers()
         let age = nextAgeWarning()
         guard let timer = timers.first?.instant else { return age }
         return age.map { min($0, timer) } ?? timer
+    }
+
+    /// Keeps the timers that would do something when they fire: the same checks as
+    /// `advance`'s (a grant's task still pending, an app's timer of its current epoch and
+    /// instant, a kill at or after the termination's, a wait's or the requests' current
+    /// serial). Only where the model is whole: a timer armed for a record not yet written
+    /// back would read as stale.
+    mutating func dropStaleTimers() {
+        guard timers.hasPiledUp else { return }
+        let apps = self.apps.snapshot, tasks = self.tasks.snapshot, terminating = self.terminating
+        let waits = self.waits, requestPassSerial = self.requestPassSerial
+        timers.dropStale { entry in
+            switch entry.kind {
+            case let .grant(id): tasks[id]?.state == .pending
+            case let .transitionTimeout(app, epoch): apps[app].map { $0.epoch == epoch && $0.transitionDeadline == entry.instant } == true
+            case let .warning(app, epoch): apps[app]?.epoch == epoch
+            case let .deadline(app, epoch): apps[app].map { $0.epoch == epoch && $0.deadline == entry.instant } == true
+            case let .kill(process): terminating[process].map { $0.killAt <= entry.instant } == true
+            case let .wait(wait, serial): waits[wait] == serial
+            case let .requests(serial): serial == requestPassSerial
+            }
+        }
     }
 
     func nextAgeWarning() -> Instant? {

@@ -51,6 +51,38 @@ import Testing
         #expect(h.model.appsFacingTermination(at: .seconds(31)).isEmpty)
     }
 
+    /// An owner flipping its app between foreground and background leaves the warning and
+    /// the deadline of each flip behind (up to the budget ahead): dropped between calls once
+    /// they pile up, so the timers are bounded by what is live, not by how fast an owner
+    /// flips (uid 65534 grew the daemon by 180 MB in 20 s). What is live among them still
+    /// fires, each at its instant: 3,000 apps holding a task in the background are warned at
+    /// 26 s and terminated at 31 s.
+    @Test func staleTimersAreDroppedAndLiveOnesStillFire() throws {
+        var h = ModelHarness { $0.maxAppsPerUser = 4_000 }
+        let holders = try (0..<3_000).map { try h.app(pid: 1_000 + Int32($0)) }
+        for holder in holders { try h.begin(holder) }
+        h.at(1)  // granted
+        for holder in holders { try h.background(holder) }  // warnings at 26 s, deadlines at 31 s
+        let flipper = try h.app(pid: 100)
+        var most = 0
+        for _ in 0..<100_000 {
+            try h.background(flipper)
+            try h.foreground(flipper)
+            _ = h.model.nextDeadline()  // the daemon asks after every pass
+            most = max(most, h.model.timers.count)
+        }
+        // 6,000 live; twice that once dropped, not the 206,000 armed.
+        #expect(most <= 2 * 6_000 + 2, "\(most) timers held at most")
+        #expect(h.model.timers.capacity <= 32_768, "storage for \(h.model.timers.capacity)")
+        _ = h.take()
+        h.at(26)
+        let expiring = Set(h.model.listTasks(at: h.now).filter { $0.state == .expiring }.map(\.app))
+        #expect(expiring == Set(holders))
+        h.at(31)
+        let terminated = h.take().compactMap { if case let .act(record, _) = $0, record.action == .terminated { record.app } else { nil } }
+        #expect(Set(terminated) == Set(holders) && terminated.count == holders.count)
+    }
+
     @Test func ageWarningsFireForLiveTasksOnlyAndChurnLeavesNoTimers() throws {
         var h = ModelHarness { $0.taskAgeWarning = .seconds(30) }
         let app = try h.app()

@@ -13,7 +13,7 @@ final class Intruder {
     /// [more]` (send only), `read` (one message, or `{"timeout":true}` after 2 s),
     /// `flood` (bytes with no NUL until the daemon takes no more for a second: `{"sent":N}`),
     /// `pipeline N METHOD JSON` (N calls sent while their replies are read, as a pipelining
-    /// client must: `{"errors":E}`), `unread N METHOD JSON` (N calls, nothing read), `pid`,
+    /// client must: `{"errors":E}`; `JSON | JSON …`: the calls take the bodies in turn), `unread N METHOD JSON` (N calls, nothing read), `pid`,
     /// `connections N` (up to N more connections, each held once its `GetInfo` is answered,
     /// until one is refused: `{"accepted":A,"refused":ERROR}`), `release` (closes them).
     static let script = #"""
@@ -66,8 +66,9 @@ final class Intruder {
             s.sendall(msg(w[2], rest, False) * n)
             out({"sent": n})
         elif cmd == "pipeline":
-            n = int(w[1]); rest = w[3].strip() if len(w) > 3 else "{}"
-            data = msg(w[2], rest, False) * n
+            n = int(w[1]); bodies = (w[3].strip() if len(w) > 3 else "{}").split(" | ")
+            calls = [msg(w[2], body, False) for body in bodies]
+            data = b"".join(calls[i % len(calls)] for i in range(n))
             replies = 0; errors = 0
             while replies < n:
                 r, wr, _ = select.select([s], [s] if data else [], [], 10.0)
@@ -195,11 +196,11 @@ func voluntarySwitches(_ status: String) throws -> Int {
 func voluntarySwitches(of pid: Int32) throws -> Int { try voluntarySwitches("/proc/\(pid)/status") }
 
 /// `/proc/PID/status` VmRSS in KiB.
-func residentKiB(_ pid: Int32) throws -> Int {
+func residentKiB(_ pid: Int32, _ field: String = "VmRSS") throws -> Int {
     let status = String(decoding: try readFile("/proc/\(pid)/status"), as: UTF8.self)
-    guard let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
+    guard let line = status.split(separator: "\n").first(where: { $0.hasPrefix(field + ":") }),
           let kib = Int(line.split(separator: " ", omittingEmptySubsequences: true)[1]) else {
-        throw TestFailure("no VmRSS for pid \(pid)")
+        throw TestFailure("no \(field) for pid \(pid)")
     }
     return kib
 }
