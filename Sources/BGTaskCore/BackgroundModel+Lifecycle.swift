@@ -435,37 +435,51 @@ extension BackgroundModel {
 
     // MARK: Time
 
-    /// The earliest instant at which `advance(to:)` may have work; `nil` when nothing is armed.
-    /// May be early (a cancelled timer), never late. Mutating only to be read in place
-    /// (`BackgroundModel.uid(of:)`): the daemon asks after every pass.
-    /// Between calls (the model whole), so the timers made stale meanwhile are dropped here
-    /// once they have piled up (`TimerQueue.hasPiledUp`).
+    /// The earliest instant at which `advance(to:)` has work; `nil` when nothing is armed.
+    /// Never late. Mutating only to be read in place (`BackgroundModel.uid(of:)`): the daemon
+    /// asks after every pass, between calls (the model whole), so the timers made stale
+    /// meanwhile are dropped here: the first ones, so that the daemon does not wake for
+    /// nothing (an app back in the foreground or suspended had its warning and deadline wake
+    /// it, 25 and 30 s later: a desktop whose 50 windows were hidden one by one and shown
+    /// again woke it 106 times in the next 36 s; so did an ended task's age warning), and
+    /// all of them once they pile up (`TimerQueue.hasPiledUp`).
     public mutating func nextDeadline() -> Instant? {
-        dropStaleTimers()
+        if timers.hasPiledUp {
+            var queue = TimerQueue()
+            swap(&queue, &timers)
+            queue.dropStale { isCurrent($0) }
+            swap(&queue, &timers)
+        }
+        while let first = timers.first, !isCurrent(first) { timers.removeFirst() }
+        // Likewise a task ended before its age warning (a short task a minute woke it 30 s on).
+        while ageQueueHead < ageQueue.count, !tasks.contains(ageQueue[ageQueueHead].id) { _ = popAgeQueue() }
         let age = nextAgeWarning()
         guard let timer = timers.first?.instant else { return age }
         return age.map { min($0, timer) } ?? timer
     }
 
-    /// Keeps the timers that would do something when they fire: the same checks as
-    /// `advance`'s (a grant's task still pending, an app's timer of its current epoch and
-    /// instant, a kill at or after the termination's, a wait's or the requests' current
-    /// serial). Only where the model is whole: a timer armed for a record not yet written
-    /// back would read as stale.
-    mutating func dropStaleTimers() {
-        guard timers.hasPiledUp else { return }
-        let apps = self.apps.snapshot, tasks = self.tasks.snapshot, terminating = self.terminating
-        let waits = self.waits, requestPassSerial = self.requestPassSerial
-        timers.dropStale { entry in
-            switch entry.kind {
-            case let .grant(id): tasks[id]?.state == .pending
-            case let .transitionTimeout(app, epoch): apps[app].map { $0.epoch == epoch && $0.transitionDeadline == entry.instant } == true
-            case let .warning(app, epoch): apps[app]?.epoch == epoch
-            case let .deadline(app, epoch): apps[app].map { $0.epoch == epoch && $0.deadline == entry.instant } == true
-            case let .kill(process): terminating[process].map { $0.killAt <= entry.instant } == true
-            case let .wait(wait, serial): waits[wait] == serial
-            case let .requests(serial): serial == requestPassSerial
-            }
+    /// Whether a timer would do something when it fires: `advance`'s checks, and the state
+    /// what it fires needs (a grant's task still pending; a warning, deadline or transition's
+    /// end of the app's background period of that epoch, while it lasts: every return to the
+    /// background is a new epoch; a kill at or after the termination's; a wait's or the
+    /// requests' current serial). Only where the model is whole: a timer armed for a record
+    /// not yet written back would read as stale.
+    mutating func isCurrent(_ entry: TimerQueue.Entry) -> Bool {
+        switch entry.kind {
+        case let .grant(id):
+            tasks.peek(id) { $0.state == .pending } == true
+        case let .transitionTimeout(app, epoch):
+            apps.peek(app) { $0.epoch == epoch && $0.state == .background && $0.phase == .transition && $0.transitionDeadline == entry.instant } == true
+        case let .warning(app, epoch):
+            apps.peek(app) { $0.epoch == epoch && $0.state == .background && $0.deadline != nil } == true
+        case let .deadline(app, epoch):
+            apps.peek(app) { $0.epoch == epoch && $0.state == .background && $0.deadline == entry.instant } == true
+        case let .kill(process):
+            terminating[process].map { $0.killAt <= entry.instant } == true
+        case let .wait(wait, serial):
+            waits[wait] == serial
+        case let .requests(serial):
+            serial == requestPassSerial
         }
     }
 

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 /// A min-heap of timers. Entries are not removed when cancelled: each is checked against the
-/// model's state when it fires, so cancelling is free and a stale entry costs one wake-up.
-/// Stale ones are dropped all at once when the heap has doubled since (`dropStale`), so
+/// model's state when it fires, so cancelling is free. Between calls the model drops the
+/// first ones while they are stale (`removeFirst`: the daemon's timer is armed for one that
+/// acts, not for a wake-up that does nothing), and all stale ones at once when the heap has
+/// doubled since the last time (`dropStale`), so
 /// what it holds is bounded by what is live, not by how fast entries are made stale: an
 /// app's owner flipping it between foreground and background leaves two entries a flip
 /// (its warning and its deadline, up to `BackgroundTimeSec` ahead), and uid 65534 doing so
@@ -75,12 +77,17 @@ struct TimerQueue {
     /// Removes and returns the earliest entry due at or before `now`.
     mutating func popDue(at now: Instant) -> Entry? {
         guard let top = heap.first, top.instant <= now else { return nil }
+        removeFirst()
+        return top
+    }
+
+    /// Removes the earliest entry (there is one).
+    mutating func removeFirst() {
         let last = heap.removeLast()
         if !heap.isEmpty {
             heap[0] = last
             siftDown(0)
         }
-        return top
     }
 
     /// Whether the heap has doubled since the last `dropStale` (and holds more than

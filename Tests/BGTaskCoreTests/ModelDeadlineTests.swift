@@ -51,6 +51,31 @@ import Testing
         #expect(h.model.appsFacingTermination(at: .seconds(31)).isEmpty)
     }
 
+    /// The next deadline is a timer that acts: an app back in the foreground, or suspended,
+    /// leaves none (its warning and deadline woke the daemon 25 and 30 s later, for
+    /// nothing), nor does a task ended before its age warning; a task held in the
+    /// background has its app's warning next, then its age warning.
+    @Test func nextDeadlineIsATimerThatActs() throws {
+        var h = ModelHarness()
+        let shown = try h.app(pid: 100), hidden = try h.app(pid: 101), holder = try h.app(pid: 102)
+        try h.background(shown)
+        try h.foreground(shown)
+        try h.background(hidden)
+        #expect(h.state(hidden) == .suspended)  // nothing held: at once
+        let short = try h.begin(holder, "short")
+        h.at(1)  // granted
+        try h.end(short, in: holder)
+        #expect(h.model.nextDeadline() == nil)
+        let task = try h.begin(holder)  // its age warning at 31 s
+        h.at(2)
+        try h.background(holder)
+        #expect(h.model.nextDeadline() == .seconds(27))  // its warning
+        try h.foreground(holder)
+        #expect(h.model.nextDeadline() == .seconds(31))  // the task's age warning
+        try h.end(task, in: holder)
+        #expect(h.model.nextDeadline() == nil)
+    }
+
     /// An owner flipping its app between foreground and background leaves the warning and
     /// the deadline of each flip behind (up to the budget ahead): dropped between calls once
     /// they pile up, so the timers are bounded by what is live, not by how fast an owner

@@ -24,6 +24,24 @@ import Varlink
         #expect(actions == ["suspended transitionFinished", "resumed foreground"])
     }
 
+    /// (a2) Apps hidden and shown again leave the daemon asleep: the warnings and deadlines
+    /// armed as they went to the background would do nothing when they fall due, and no
+    /// longer wake it (20 apps: 41–42 wake-ups in the second after, before; now 0–4, the
+    /// state file's write and the last stray-`SIGCONT` check among them).
+    @Test func appsShownAgainDoNotWakeTheDaemonAtTheirOldDeadlines() throws {
+        let daemon = try TestDaemon(Self.budget)
+        let apps = try (0..<20).map { _ in try Spawned("/bin/sleep", ["60"]) }
+        for app in apps { try daemon.setState(app.pid, "background") }
+        let lastDeadline = Clock.monotonicNanoseconds() + 1_000_000_000  // BackgroundTimeSec after the last went
+        for app in apps { try waitUntil("pid \(app.pid) stopped") { processState(app.pid) == "T" } }
+        for app in apps { try daemon.setState(app.pid, "foreground") }
+        let before = try voluntarySwitches(of: daemon.process.pid)
+        try waitUntil("every deadline passed", timeout: 5) { Clock.monotonicNanoseconds() > lastDeadline + 200_000_000 }
+        let wakeUps = try voluntarySwitches(of: daemon.process.pid) - before
+        #expect(wakeUps <= 8, "the daemon woke \(wakeUps) times while the old deadlines fell due")
+        #expect(apps.allSatisfy { processState($0.pid) != "T" })
+    }
+
     /// (b) A task ended after the warning: the app is stopped by the deadline, not killed.
     @Test func taskEndedAfterTheWarningStopsTheAppWithoutKillingIt() throws {
         let daemon = try TestDaemon(Self.budget)
