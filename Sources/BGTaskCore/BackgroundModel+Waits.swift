@@ -33,6 +33,29 @@ public enum Wait: Hashable, Sendable {
     case keepAwake
 }
 
+extension Wait {
+    /// One word for the hasher, as `ProcessIdentity`'s: the case, and its app's word. A wait is
+    /// looked up after every pass (`BackgroundModel.isCurrent`: the state's writes re-arm one
+    /// with every call), ~370 instructions a call through the `Hasher` (callgrind).
+    var hashWord: UInt64 {
+        switch self {
+        case let .freeze(app): app.hashWord &<< 4 ^ 1
+        case .stopCheck: 2
+        case .terminationStops: 3
+        case let .isolation(app): app.hashWord &<< 4 ^ 4
+        case let .thawCheck(app): app.hashWord &<< 4 ^ 5
+        case .stateRetry: 6
+        case .stateQuiet: 7
+        case .status: 8
+        case .processEvents: 9
+        case .keepAwake: 10
+        }
+    }
+
+    public func hash(into hasher: inout Hasher) { hasher.combine(hashWord) }
+    public func _rawHashValue(seed: Int) -> Int { seededHash(hashWord, seed: seed) }
+}
+
 extension BackgroundModel {
     /// Arms `wait` to fall due at `instant` (re-arming replaces the earlier instant).
     public mutating func schedule(_ wait: Wait, at instant: Instant) {

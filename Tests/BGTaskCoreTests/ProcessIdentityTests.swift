@@ -25,4 +25,17 @@ struct ProcessIdentityTests {
         let copy = ProcessIdentity(pid: identities[7].pid, startTime: identities[7].startTime, inode: identities[7].inode)
         #expect(copy.hashValue == identities[7].hashValue)
     }
+
+    /// `Wait` hashes itself the same way (looked up after every pass): every case, the same
+    /// app's waits of different cases, and different apps' of one case are told apart.
+    @Test func waitsAreFoundAndToldApart() {
+        let apps = (0..<500).map { ProcessIdentity(pid: Int32(2 + $0), startTime: UInt64($0), inode: UInt64($0)) }
+        let waits: [Wait] = apps.flatMap { [.freeze($0), .isolation($0), .thawCheck($0)] }
+            + [.stopCheck, .terminationStops, .stateRetry, .stateQuiet, .status, .processEvents, .keepAwake]
+        var table: [Wait: Int] = [:]
+        for (index, wait) in waits.enumerated() { table[wait] = index }
+        #expect(table.count == waits.count)
+        #expect(waits.enumerated().allSatisfy { table[$1] == $0 })
+        #expect(Wait.freeze(apps[0]).hashValue == Wait.freeze(ProcessIdentity(pid: 2, startTime: 0, inode: 0)).hashValue)
+    }
 }
