@@ -451,7 +451,7 @@ extension BackgroundModel {
             swap(&queue, &timers)
         }
         while let first = timers.first, !isCurrent(first) { timers.removeFirst() }
-        // Likewise a task ended before its age warning (a short task a minute woke it 30 s on).
+        // Likewise a task ended before its age warning (each short task woke it 30 s after it began).
         while ageQueueHead < ageQueue.count, !tasks.contains(ageQueue[ageQueueHead].id) { _ = popAgeQueue() }
         let age = nextAgeWarning()
         guard let timer = timers.first?.instant else { return age }

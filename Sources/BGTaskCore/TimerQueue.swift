@@ -3,11 +3,11 @@
 /// model's state when it fires, so cancelling is free. Between calls the model drops the
 /// first ones while they are stale (`removeFirst`: the daemon's timer is armed for one that
 /// acts, not for a wake-up that does nothing), and all stale ones at once when the heap has
-/// doubled since the last time (`dropStale`), so
-/// what it holds is bounded by what is live, not by how fast entries are made stale: an
-/// app's owner flipping it between foreground and background leaves two entries a flip
-/// (its warning and its deadline, up to `BackgroundTimeSec` ahead), and uid 65534 doing so
-/// 160,000 times a second grew the daemon by 180 MB in 20 s, never given back.
+/// doubled since the last time (`dropStale`), so what it holds is bounded by what is live,
+/// not by how fast entries are made stale: an app's owner flipping it between foreground
+/// and background leaves two entries a flip (its warning and its deadline, up to
+/// `BackgroundTimeSec` ahead), and uid 65534 doing so 160,000 times a second grew the daemon
+/// by 180 MB in 20 s, never given back.
 struct TimerQueue {
     enum Kind: Equatable {
         case grant(TaskID)
