@@ -26,8 +26,8 @@ import Varlink
 
     /// (a2) Apps hidden and shown again leave the daemon asleep: the warnings and deadlines
     /// armed as they went to the background would do nothing when they fall due, and no
-    /// longer wake it (20 apps: 41–42 wake-ups in the second after, before; now 0–4, the
-    /// state file's write and the last stray-`SIGCONT` check among them). The daemon in a
+    /// longer wake it (20 apps: 42 wake-ups while they fell due, before; now 2, the state
+    /// file's write and the last stray-`SIGCONT` check among them). The daemon in a
     /// network namespace of its own: `tree` apps, so that the forks of the tests running
     /// beside this one do not wake it (a `tracked` app's daemon reads every fork on the
     /// machine, 24 wake-ups in a loaded suite's window).
