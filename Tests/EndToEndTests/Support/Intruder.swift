@@ -13,9 +13,10 @@ final class Intruder {
     /// [more]` (send only), `read` (one message, or `{"timeout":true}` after 2 s),
     /// `flood` (bytes with no NUL until the daemon takes no more for a second: `{"sent":N}`),
     /// `pipeline N METHOD JSON` (N calls sent while their replies are read, as a pipelining
-    /// client must: `{"errors":E}`; `JSON | JSON …`: the calls take the bodies in turn), `unread N METHOD JSON` (N calls, nothing read), `pid`,
-    /// `connections N` (up to N more connections, each held once its `GetInfo` is answered,
-    /// until one is refused: `{"accepted":A,"refused":ERROR}`), `release` (closes them).
+    /// client must: `{"errors":E}`; `JSON | JSON …`: the calls take the bodies in turn),
+    /// `unread N METHOD JSON` (N calls, nothing read), `pid`, `connections N` (up to N more
+    /// connections, each held once its `GetInfo` is answered, until one is refused:
+    /// `{"accepted":A,"refused":ERROR}`), `release` (closes them).
     static let script = #"""
     import json, os, select, socket, sys
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -195,7 +196,7 @@ func voluntarySwitches(_ status: String) throws -> Int {
 /// The same of process `pid`.
 func voluntarySwitches(of pid: Int32) throws -> Int { try voluntarySwitches("/proc/\(pid)/status") }
 
-/// `/proc/PID/status` VmRSS in KiB.
+/// `/proc/PID/status` VmRSS in KiB (or another of its KiB fields, e.g. `RssAnon`).
 func residentKiB(_ pid: Int32, _ field: String = "VmRSS") throws -> Int {
     let status = String(decoding: try readFile("/proc/\(pid)/status"), as: UTF8.self)
     guard let line = status.split(separator: "\n").first(where: { $0.hasPrefix(field + ":") }),
