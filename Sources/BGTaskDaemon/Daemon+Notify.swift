@@ -42,13 +42,13 @@ extension Daemon {
         ServiceNotify.send("RELOADING=1\nMONOTONIC_USEC=\(Clock.monotonicNanoseconds() / 1000)")
         defer { notifyStatus(after: "READY=1\n") }
         do {
-            let configuration = try options.loadConfiguration()
+            let (configuration, read) = try options.loadConfiguration()
             let policies = try options.loadPolicies(over: configuration)
             model.reload(configuration)
             self.policies = policies
             rematchPolicies()
             access = AccessPolicy(managerGID: Self.groupID(configuration.managerGroup))
-            log(.info, "Configuration reloaded (\(policies.policies.count) policies)")
+            log(.info, "Configuration reloaded from \(read.isEmpty ? "the built-in defaults" : read.joined(separator: ", ")) (\(policies.policies.count) policies)")
             return nil
         } catch {
             log(.warning, "Configuration not reloaded, keeping the old one: \(error)")

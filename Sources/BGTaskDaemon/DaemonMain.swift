@@ -17,10 +17,10 @@ public enum DaemonMain {
             print("bgtaskd \(InterfaceDescription.version)")
             return 0
         }
-        let configuration: Configuration
+        let (configuration, read): (Configuration, [String])
         let policies: PolicySet
         do {
-            configuration = try options.loadConfiguration()
+            (configuration, read) = try options.loadConfiguration()
             policies = try options.loadPolicies(over: configuration)
         } catch {
             printError("bgtaskd: configuration error: \(error)")
@@ -28,7 +28,6 @@ public enum DaemonMain {
         }
         if options.checkConfig {
             // Which files made it, in the order read (a comment: the output stays a valid file).
-            let read = options.configurationFiles.all.filter { FileSystem.exists($0) }
             print("# " + (read.isEmpty ? "no configuration file: the built-in defaults" : read.joined(separator: ", ")))
             print(configuration.rendered(), terminator: "")
             for policy in policies.policies {

@@ -71,9 +71,12 @@ public struct DaemonOptions: Sendable {
 
     /// Loads the configuration in DESIGN.md §4 order: defaults, the main file, its drop-ins
     /// (lexical order), a per-user daemon's own file and its drop-ins, then `--set`. Missing
-    /// main files are fine; unreadable or bad ones are not.
-    public func loadConfiguration() throws(ConfigurationError) -> Configuration {
+    /// main files are fine; unreadable or bad ones are not. Returns the files read, in order,
+    /// for `--check-config` and the reload's log line to name (listed once: a drop-in added
+    /// meanwhile is not named unread).
+    public func loadConfiguration() throws(ConfigurationError) -> (configuration: Configuration, read: [String]) {
         var configuration = Configuration()
+        var read: [String] = []
         let files = configurationFiles
         for path in files.all {
             let bytes: [UInt8]
@@ -87,12 +90,13 @@ public struct DaemonOptions: Sendable {
                 throw ConfigurationError(source: path, line: 0, message: "not valid UTF-8")
             }
             try configuration.apply(fileText: text, source: path)
+            read.append(path)
         }
         for assignment in assignments {
             try configuration.apply(assignment: assignment)
         }
         try configuration.validate()
-        return configuration
+        return (configuration, read)
     }
 
     /// A per-user daemon's own configuration directory, `$XDG_CONFIG_HOME/bgtaskd`

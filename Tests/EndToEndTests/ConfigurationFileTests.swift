@@ -104,9 +104,12 @@ import Varlink
         #expect(try remaining() > 19.9)
 
         try files.write(files.main, "[Background]\nBackgroundTimeSec=10s\n")
+        try files.write(files.main + ".d/10-a.conf", "[Background]\nTaskAgeWarningSec=1min\n")
         try daemon.manager("Reload")
         let now = try remaining()
         #expect(now > 9.9 && now <= 10)
+        // The log says what the configuration now is made of.
+        #expect(daemon.logged { $0.hasSuffix("Configuration reloaded from \(files.main), \(files.main).d/10-a.conf (0 policies)") }, "\(daemon.log().suffix(5))")
     }
 
     /// `Reload` is for root, `ManagerGroup` and the daemon's own uid: a per-user daemon's user
