@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #if __has_include("generated/wlr-foreign-toplevel-client.h")
 #include <wayland-client.h>
@@ -129,13 +130,26 @@ static void registry_remove(void *data, struct wl_registry *r, uint32_t name) { 
 
 static const struct wl_registry_listener registry_listener = { .global = registry_global, .global_remove = registry_remove };
 
-int bgtask_wlr_connect(const char *name, bgtask_wlr_callback callback, void *userdata, struct bgtask_wlr **out) {
+int bgtask_wlr_connect(const char *name, bgtask_wlr_callback callback, void *userdata, struct bgtask_wlr **out,
+                       long *peer_uid) {
     struct bgtask_wlr *wlr = calloc(1, sizeof(*wlr));
     if (!wlr) return -ENOMEM;
     wlr->callback = callback;
     wlr->userdata = userdata;
     wlr->display = wl_display_connect(name);
     if (!wlr->display) { free(wlr); return -ECONNREFUSED; }
+    /* The user's own compositor or root's, before anything it says is read (bgtask-session's
+     * mayFollow: another user's display, reached through a path others may write, would
+     * name the toplevels whose units the agent moves). */
+    struct ucred cred;
+    socklen_t length = sizeof(cred);
+    if (getsockopt(wl_display_get_fd(wlr->display), SOL_SOCKET, SO_PEERCRED, &cred, &length) < 0) cred.uid = (uid_t)-1;
+    if (peer_uid) *peer_uid = cred.uid == (uid_t)-1 ? -1 : (long)cred.uid;
+    if (cred.uid != 0 && cred.uid != getuid() && cred.uid != geteuid()) {
+        wl_display_disconnect(wlr->display);
+        free(wlr);
+        return -EPERM;
+    }
     wlr->registry = wl_display_get_registry(wlr->display);
     wl_registry_add_listener(wlr->registry, &registry_listener, wlr);
     /* The globals, then the toplevels that exist, then their states. */
@@ -179,8 +193,9 @@ void bgtask_wlr_free(struct bgtask_wlr *wlr) {
 
 #else
 
-int bgtask_wlr_connect(const char *name, bgtask_wlr_callback callback, void *userdata, struct bgtask_wlr **out) {
-    (void)name; (void)callback; (void)userdata; (void)out;
+int bgtask_wlr_connect(const char *name, bgtask_wlr_callback callback, void *userdata, struct bgtask_wlr **out,
+                       long *peer_uid) {
+    (void)name; (void)callback; (void)userdata; (void)out; (void)peer_uid;
     return -ENOTSUP;
 }
 int bgtask_wlr_fd(struct bgtask_wlr *wlr) { (void)wlr; return -1; }

@@ -23,8 +23,16 @@ extension Agent {
         guard let swayPath else { return }
         do {
             let socket = try UnixSocket.connect(path: swayPath, nonBlocking: true)
+            let peer = try? UnixSocket.peerCredentials(socket)
+            guard let peer, Self.mayFollow(compositorUID: peer.uid) else {
+                socket.close()
+                refuseCompositor(at: swayPath, uid: peer?.uid)
+                swayRetry.arm(at: Clock.monotonicNanoseconds() + 1_000_000_000)
+                return
+            }
+            refusedCompositor = nil
             sway = socket
-            compositorUnit = (try? UnixSocket.peerCredentials(socket)).flatMap { unit(of: $0.pid) }
+            compositorUnit = unit(of: peer.pid)
             framer = SwayIPC.Framer()
             swayOutput = SwayIPC.frame(.subscribe, #"["window","workspace","output","shutdown"]"#)
             treeInFlight = false
@@ -38,6 +46,23 @@ extension Agent {
             sway = nil
             swayRetry.arm(at: Clock.monotonicNanoseconds() + 1_000_000_000)
         }
+    }
+
+    /// Whether a compositor running as `uid` is one to follow: the user's own, or root's.
+    /// What answers at `$SWAYSOCK` decides which of the user's processes are suspended; a
+    /// socket in a directory others may write (sway's is in `/tmp` without
+    /// `$XDG_RUNTIME_DIR`), taken by another user while sway restarts, would have the agent
+    /// suspend whichever of the user's processes it named as hidden windows — its daemon
+    /// calls are the user's. The clients' rule for the daemon's socket, the same way round.
+    static func mayFollow(compositorUID uid: UInt32) -> Bool { uid == 0 || uid == getuid() || uid == geteuid() }
+
+    /// Logs, once for each path and uid, a compositor socket not followed (looked at again
+    /// every second: the real compositor may come back there).
+    func refuseCompositor(at path: String, uid: UInt32?) {
+        let key = "\(path) \(uid.map(String.init) ?? "?")"
+        guard refusedCompositor != key else { return }
+        refusedCompositor = key
+        log(4, "the compositor at \(path) answers as \(uid.map { "uid \($0)" } ?? "an unknown user"), neither this user (uid \(self.uid)) nor root: not followed; looking again every second")
     }
 
     func requestTree() {

@@ -49,6 +49,8 @@ final class Agent {
     /// The unit the compositor runs in, if it is one an app could be (sway.service, a
     /// scope): a window in it is left alone, or the daemon would suspend the compositor too.
     var compositorUnit: String?
+    /// The compositor socket last refused, path and uid (`refuseCompositor`): logged once.
+    var refusedCompositor: String?
 
     /// The processes of the windows, watched for their exit by pidfd.
     var processes: [Int32: (pidfd: Pidfd, source: EventSource)] = [:]
@@ -224,17 +226,24 @@ final class Agent {
 
     func connectWlr() {
         var raw: OpaquePointer?
+        var peerUID = -1
         let result = bgtask_wlr_connect(nil, { userdata, kind, id, appID, activated, minimized in
             let agent = Unmanaged<Agent>.fromOpaque(userdata!).takeUnretainedValue()
             agent.toplevelChanged(kind, id, appID.map { String(cString: $0) }, activated: activated != 0, minimized: minimized != 0)
-        }, Unmanaged.passUnretained(self).toOpaque(), &raw)
+        }, Unmanaged.passUnretained(self).toOpaque(), &raw, &peerUID)
         guard result == 0, let raw else {
             if result == -ENOTSUP { return log(3, "this bgtask-session was built without wlr-foreign-toplevel support") }
+            if result == -EPERM {
+                refuseCompositor(at: "Wayland display \(Host.environment("WAYLAND_DISPLAY") ?? "wayland-0")", uid: peerUID < 0 ? nil : UInt32(peerUID))
+            } else {
+                refusedCompositor = nil
+            }
             if result == -ENOENT { log(4, "the compositor offers no zwlr_foreign_toplevel_manager_v1; looking again in a second") }
             swayRetry.arm(at: Clock.monotonicNanoseconds() + 1_000_000_000)
             return
         }
         wlr = raw
+        refusedCompositor = nil
         compositorUnit = unit(of: bgtask_wlr_peer_pid(raw))
         do {
             wlrSource = try loop.addIO(bgtask_wlr_fd(raw), events: UInt32(EPOLLIN.rawValue | EPOLLRDHUP.rawValue)) { [unowned self] _ in

@@ -333,6 +333,78 @@ import Varlink
         let rss = status.split(separator: "\n").first { $0.hasPrefix("VmRSS:") }.flatMap { $0.split(separator: " ").dropFirst().first }.flatMap { Int($0) } ?? 0
         #expect(rss > 0 && rss < 64 * 1024, "agent RSS \(rss) KiB")
     }
+
+    /// Another user's socket at `$SWAYSOCK` (sway's is in `/tmp` without `$XDG_RUNTIME_DIR`:
+    /// uid 65533 takes the path while sway restarts) naming one of the agent's user's
+    /// processes as a hidden window: the agent does not follow it — it would suspend that
+    /// process with its user's rights — logs it once, and looks again each second.
+    @Test(.enabled(if: getuid() == 0, "needs root to run the impostor and the agent as two other users (setpriv)"))
+    func anotherUsersSocketAtSwaysockIsNotFollowed() throws {
+        let daemon = try TestDaemon()
+        let directory = daemon.directory + "/impostor"
+        try systemCall("mkdir") { mkdir(directory, 0o755) }
+        try systemCall("chown") { chown(directory, 65533, 65533) }
+        let path = directory + "/sway-ipc.sock"
+        let victim = try Spawned("/usr/bin/setpriv", SwaySession.asUser + ["/bin/sleep", "60"])
+        let tree = """
+        {"type":"root","nodes":[{"type":"output","name":"X","nodes":[{"type":"workspace","name":"1","nodes":[
+          {"type":"con","pid":\(victim.pid),"visible":false,"nodes":[]}]}]}]}
+        """
+        let impostor = try Spawned("/usr/bin/setpriv", ["--reuid=65533", "--regid=65533", "--clear-groups", "/usr/bin/python3", "-c", """
+            import os, socket, struct, sys
+            def frame(kind, text):
+                data = text.encode()
+                return b"i3-ipc" + struct.pack("<II", len(data), kind) + data
+            listener = socket.socket(socket.AF_UNIX)
+            listener.bind(sys.argv[1])
+            os.chmod(sys.argv[1], 0o666)
+            listener.listen(8)
+            print("listening", flush=True)
+            kept = []
+            while True:
+                connection, _ = listener.accept()
+                print("accepted", flush=True)
+                try: connection.sendall(frame(2, '{"success":true}') + frame(4, sys.argv[2]))
+                except OSError: pass
+                kept.append(connection)
+            """, path, tree])
+        defer { impostor.killTree(); _ = try? impostor.wait(timeout: 5) }
+        try impostor.expectLine("listening")
+        let log = daemon.directory + "/agent.log"
+        let agent = try Spawned("/usr/bin/setpriv", SwaySession.asUser + [Binaries.path("bgtask-session"), "--socket", daemon.socketPath,
+                                                                          "--set", "BackgroundDelaySec=0"],
+                                environment: ["PATH=/usr/bin:/bin", "SWAYSOCK=\(path)"], standardError: .file(log))
+        defer { agent.killTree(); _ = try? agent.wait(timeout: 5) }
+        // Followed, the agent would stay connected: a second connection is its look again.
+        try impostor.expectLine("accepted")
+        try impostor.expectLine("accepted", timeout: 5)
+        let lines = String(decoding: try readFile(log), as: UTF8.self).split(separator: "\n")
+        let refused = "the compositor at \(path) answers as uid 65533, neither this user (uid 65534) nor root: not followed"
+        #expect(lines.filter { $0.contains(refused) }.count == 1, "\(lines)")
+        #expect(!lines.contains { $0.contains("following sway") })
+        #expect(processState(victim.pid) != "T")
+        #expect(try daemon.apps().isEmpty)
+    }
+
+    /// The same for a real sway and its Wayland display, uid 65534's, to an agent of root's:
+    /// neither the IPC socket nor the display is followed.
+    @Test(.enabled(if: getuid() == 0 && SwaySession.available, "needs root, sway and foot"))
+    func anotherUsersRealCompositorIsNotFollowed() throws {
+        let daemon = try TestDaemon()
+        let session = try SwaySession()
+        for (compositor, environment, refused) in [
+            ("sway", ["SWAYSOCK=\(session.socket)"], "the compositor at \(session.socket) answers as uid 65534"),
+            ("wlr", ["WAYLAND_DISPLAY=\(session.runtime)/wayland-1"], "the compositor at Wayland display \(session.runtime)/wayland-1 answers as uid 65534"),
+        ] {
+            let log = daemon.directory + "/agent-\(compositor).log"
+            let agent = try Spawned(Binaries.path("bgtask-session"), ["--socket", daemon.socketPath, "--compositor", compositor],
+                                    environment: ["PATH=/usr/bin:/bin"] + environment, standardError: .file(log))
+            defer { agent.killTree(); _ = try? agent.wait(timeout: 5) }
+            func lines() -> String { String(decoding: (try? readFile(log)) ?? [], as: UTF8.self) }
+            try waitUntil("the \(compositor) refusal logged", timeout: 5) { lines().contains(refused + ", neither this user (uid 0) nor root: not followed") }
+            #expect(!lines().contains("following"), "\(lines())")
+        }
+    }
 }
 
 /// bgtask-session's command line: help, usage errors, settings errors naming file:line.

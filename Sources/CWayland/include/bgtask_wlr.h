@@ -14,9 +14,12 @@ struct bgtask_wlr;
 
 /* Connects to the Wayland display `name` (NULL: $WAYLAND_DISPLAY), binds the toplevel
  * manager and reads the toplevels that exist (each reported to `callback`). Returns 0, or
- * -ENOTSUP (no glue built), -ECONNREFUSED (no display), -ENOENT (the compositor has no
- * toplevel manager), -errno. */
-int bgtask_wlr_connect(const char *name, bgtask_wlr_callback callback, void *userdata, struct bgtask_wlr **out);
+ * -ENOTSUP (no glue built), -ECONNREFUSED (no display), -EPERM (the compositor runs as
+ * neither this process's user nor root: nothing read from it), -ENOENT (the compositor has
+ * no toplevel manager), -errno. `peer_uid` (may be NULL) gets the compositor's uid once
+ * connected, -1 unknown. */
+int bgtask_wlr_connect(const char *name, bgtask_wlr_callback callback, void *userdata, struct bgtask_wlr **out,
+                       long *peer_uid);
 /* The connection's descriptor, to wait for readability on. */
 int bgtask_wlr_fd(struct bgtask_wlr *wlr);
 /* The pid of the compositor (SO_PEERCRED), or 0. */
