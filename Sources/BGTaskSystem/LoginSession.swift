@@ -35,7 +35,9 @@ public final class LoginSession {
         watcher.takeUnretainedValue().session = nil
         let watched = bgtask_logind_watch(bus, path, { message, userdata, _ in
             let watcher = Unmanaged<Watcher>.fromOpaque(userdata!).takeUnretainedValue()
-            if let session = watcher.session, let state = session.state(changedBy: message) { watcher.changed(state) }
+            if let session = watcher.session, session.isFromLogind(message), let state = session.state(changedBy: message) {
+                watcher.changed(state)
+            }
             return 0
         }, watcher.toOpaque())
         let attached = watched < 0 ? watched : sd_bus_attach_event(bus, loop.event, 0)
@@ -66,6 +68,36 @@ public final class LoginSession {
 
     /// The state as last read or signalled.
     private var last: State?
+
+    /// logind's unique name on the bus, as last asked (`isFromLogind`).
+    private var logind: String?
+    /// Senders of signals ignored, logged once each (bounded).
+    private var ignored: Set<String> = []
+
+    /// Whether `message` comes from logind. The system bus lets any user send a signal, and
+    /// one addressed to the agent's connection reaches it past the match's sender: uid 65534
+    /// sending the agent a `PropertiesChanged` of its session with `LockedHint` true had
+    /// every one of the user's apps on the screen suspended (`session-test.sh`,
+    /// `spoofed-lock-ignored`). The sender is compared with logind's unique name, asked of
+    /// the bus again when it differs (logind restarted since: a new name).
+    func isFromLogind(_ message: OpaquePointer?) -> Bool {
+        guard let raw = sd_bus_message_get_sender(message) else { return false }
+        let sender = String(cString: raw)
+        if sender == logind { return true }
+        // A call of its own on the attached bus may read other messages into its queue.
+        defer { loop.eventSourcesChanged() }
+        var owner: UnsafeMutablePointer<CChar>?
+        if bgtask_bus_name_owner(bus, "org.freedesktop.login1", &owner) >= 0, let owner {
+            logind = String(cString: owner)
+            free(owner)
+        }
+        if sender == logind { return true }
+        if ignored.count >= 4096 { ignored.removeAll() }
+        if ignored.insert(sender).inserted {
+            Journal.log(priority: 4, message: "a PropertiesChanged of \(path) from \(sender), not from logind (\(logind ?? "not on the bus")): ignored")
+        }
+        return false
+    }
 
     /// The state after a `PropertiesChanged` of the session; `nil` if it changed neither
     /// property. The values come with the signal (logind sends them), so a lock reaches the

@@ -373,8 +373,26 @@ static inline int bgtask_logind_changed(sd_bus_message *m, int *locked, int *act
     return r < 0 ? r : found;
 }
 
+/* The unique name that owns `name` on the bus now (the bus's GetNameOwner), into `out`
+ * (malloc'd, the caller frees it). Returns 0 or -errno (-ENXIO: no owner). */
+static inline int bgtask_bus_name_owner(sd_bus *bus, const char *name, char **out) {
+    sd_bus_creds *creds = NULL;
+    const char *unique = NULL;
+    int r = sd_bus_get_name_creds(bus, name, SD_BUS_CREDS_UNIQUE_NAME, &creds);
+    if (r >= 0) r = sd_bus_creds_get_unique_name(creds, &unique);
+    if (r >= 0) {
+        *out = strdup(unique);
+        if (!*out) r = -ENOMEM;
+    }
+    sd_bus_creds_unref(creds);
+    return r;
+}
+
 /* Calls `callback` on every PropertiesChanged of the session at `path` (and on logind's
- * restart, NameOwnerChanged is not needed: the match stays). Returns 0 or -errno. */
+ * restart, NameOwnerChanged is not needed: the match stays). The match's sender is logind's
+ * well-known name, which the bus applies to what it broadcasts; a signal addressed to this
+ * connection reaches it whoever sent it, and sd-bus cannot tell a well-known sender from a
+ * unique name: the callback checks the sender (`bgtask_bus_name_owner`). Returns 0 or -errno. */
 static inline int bgtask_logind_watch(sd_bus *bus, const char *path, sd_bus_message_handler_t callback, void *userdata) {
     return sd_bus_match_signal(bus, NULL, "org.freedesktop.login1", path, "org.freedesktop.DBus.Properties",
                                "PropertiesChanged", callback, userdata);

@@ -85,9 +85,22 @@ if within 50 sh -c "[ \"\\\$(sed -n 's/^State:\t\(.\).*/\1/p' /proc/\$foot/statu
 journalctl -u bgtaskd --no-pager | grep -q "session locked" && ok journal-says-locked || fail journal-says-locked "\$(journalctl -u bgtaskd --no-pager | tail -3 | tr '\n' ' ')"
 setpriv --reuid=$uid --regid=$uid --clear-groups busctl call org.freedesktop.login1 "\$path" org.freedesktop.login1.Session SetLockedHint b false
 if within 30 sh -c "[ \"\\\$(sed -n 's/^State:\t\(.\).*/\1/p' /proc/\$foot/status)\" != T ]"; then ok unlocked-resumes; else fail unlocked-resumes "state \$(state)"; fi
+# Another user sends the agent a PropertiesChanged of its session saying LockedHint true, as
+# if from logind (the system bus lets anyone send a signal, and a signal addressed to the
+# agent's connection reaches it past its match's sender): the agent drops it, foot runs on.
+agentpid=\$(pgrep -u $uid -x bgtask-session | head -1)
+agentbus=\$(busctl list --no-legend --unique | tr -s ' ' | grep "^:[0-9.]* \$agentpid " | cut -d' ' -f1)  # no awk: /etc is empty here
+locks=\$(journalctl -u bgtaskd --no-pager | grep -c "session locked")
+setpriv --reuid=65534 --regid=65534 --clear-groups busctl emit --destination="\$agentbus" "\$path" org.freedesktop.DBus.Properties PropertiesChanged \
+    'sa{sv}as' org.freedesktop.login1.Session 1 LockedHint b true 0 > /tmp/spoof.log 2>&1 || fail spoofed-lock-ignored "emit: \$(cat /tmp/spoof.log)"
+if within 50 sh -c "journalctl --no-pager -o cat -t bgtask-session | grep -q 'not from logind'" && [ "\$(state)" != T ] \
+    && [ "\$(journalctl -u bgtaskd --no-pager | grep -c "session locked")" = "\$locks" ]; then ok spoofed-lock-ignored; else
+    fail spoofed-lock-ignored "agent \$agentpid at \$agentbus; foot state \$(state); \$(agentlog | tail -3 | tr '\n' ' ')"; fi
 # Locked again, then the agent stopped: nothing is left stopped.
 setpriv --reuid=$uid --regid=$uid --clear-groups busctl call org.freedesktop.login1 "\$path" org.freedesktop.login1.Session SetLockedHint b true
-within 50 sh -c "[ \"\\\$(sed -n 's/^State:\t\(.\).*/\1/p' /proc/\$foot/status)\" = T ]"
+# logind's own signals are still followed after one from someone else was ignored.
+if within 50 sh -c "[ \"\\\$(sed -n 's/^State:\t\(.\).*/\1/p' /proc/\$foot/status)\" = T ]"; then ok locked-after-spoof-suspends; else
+    fail locked-after-spoof-suspends "state \$(state); \$(agentlog | tail -3 | tr '\n' ' ')"; fi
 # As the session's end stops it (its unit is PartOf=graphical-session.target).
 setpriv --reuid=$uid --regid=$uid --clear-groups env XDG_RUNTIME_DIR=\$run systemctl --user stop bgtask-session.service
 if within 30 sh -c "[ \"\\\$(sed -n 's/^State:\t\(.\).*/\1/p' /proc/\$foot/status)\" != T ]"; then ok stopped-agent-resumes; else fail stopped-agent-resumes "state \$(state)"; fi
