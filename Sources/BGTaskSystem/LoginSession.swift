@@ -40,7 +40,19 @@ public final class LoginSession {
             }
             return 0
         }, watcher.toOpaque())
-        let attached = watched < 0 ? watched : sd_bus_attach_event(bus, loop.event, 0)
+        // Who logind is on the bus, and again whenever that changes (a restart): its signals
+        // are told from others' by their sender (`isFromLogind`).
+        let owned = watched < 0 ? watched : bgtask_bus_watch_owner(bus, "org.freedesktop.login1", { message, userdata, _ in
+            let watcher = Unmanaged<Watcher>.fromOpaque(userdata!).takeUnretainedValue()
+            if let owner = bgtask_bus_new_owner(message) { watcher.session?.logind = owner.pointee == 0 ? nil : String(cString: owner) }
+            return 0
+        }, watcher.toOpaque())
+        var owner: UnsafeMutablePointer<CChar>?
+        if owned >= 0, bgtask_bus_name_owner(bus, "org.freedesktop.login1", &owner) >= 0, let owner {
+            logind = String(cString: owner)
+            free(owner)
+        }
+        let attached = owned < 0 ? owned : sd_bus_attach_event(bus, loop.event, 0)
         guard attached >= 0 else {
             sd_bus_flush_close_unref(bus)
             watcher.release()
@@ -69,32 +81,31 @@ public final class LoginSession {
     /// The state as last read or signalled.
     private var last: State?
 
-    /// logind's unique name on the bus, as last asked (`isFromLogind`).
+    /// logind's unique name on the bus: asked at the start, then as the bus reports it
+    /// changed (`bgtask_bus_watch_owner`, only from the bus itself).
     private var logind: String?
-    /// Senders of signals ignored, logged once each (bounded).
-    private var ignored: Set<String> = []
+    /// Signals ignored since the last line that said so, and when that was.
+    private var ignored = 0
+    private var ignoredLoggedAt: Int64?
+    static let ignoredLogSpacing: Int64 = 60_000_000_000
 
     /// Whether `message` comes from logind. The system bus lets any user send a signal, and
     /// one addressed to the agent's connection reaches it past the match's sender: uid 65534
     /// sending the agent a `PropertiesChanged` of its session with `LockedHint` true had
     /// every one of the user's apps on the screen suspended (`session-test.sh`,
-    /// `spoofed-lock-ignored`). The sender is compared with logind's unique name, asked of
-    /// the bus again when it differs (logind restarted since: a new name).
+    /// `spoofed-lock-ignored`). A string comparison, no round trip: another's signal costs
+    /// the agent nothing more, and its lines are one a minute.
     func isFromLogind(_ message: OpaquePointer?) -> Bool {
         guard let raw = sd_bus_message_get_sender(message) else { return false }
         let sender = String(cString: raw)
         if sender == logind { return true }
-        // A call of its own on the attached bus may read other messages into its queue.
-        defer { loop.eventSourcesChanged() }
-        var owner: UnsafeMutablePointer<CChar>?
-        if bgtask_bus_name_owner(bus, "org.freedesktop.login1", &owner) >= 0, let owner {
-            logind = String(cString: owner)
-            free(owner)
-        }
-        if sender == logind { return true }
-        if ignored.count >= 4096 { ignored.removeAll() }
-        if ignored.insert(sender).inserted {
-            Journal.log(priority: 4, message: "a PropertiesChanged of \(path) from \(sender), not from logind (\(logind ?? "not on the bus")): ignored")
+        ignored += 1
+        let now = Clock.monotonicNanoseconds()
+        if ignoredLoggedAt.map({ now - $0 >= Self.ignoredLogSpacing }) ?? true {
+            let more = ignored > 1 ? " (and \(ignored - 1) more since the last such line)" : ""
+            Journal.log(priority: 4, message: "a PropertiesChanged of \(path) from \(sender), not from logind (\(logind ?? "not on the bus")): ignored\(more)")
+            ignoredLoggedAt = now
+            ignored = 0
         }
         return false
     }

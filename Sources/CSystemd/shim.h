@@ -388,11 +388,33 @@ static inline int bgtask_bus_name_owner(sd_bus *bus, const char *name, char **ou
     return r;
 }
 
-/* Calls `callback` on every PropertiesChanged of the session at `path` (and on logind's
- * restart, NameOwnerChanged is not needed: the match stays). The match's sender is logind's
- * well-known name, which the bus applies to what it broadcasts; a signal addressed to this
- * connection reaches it whoever sent it, and sd-bus cannot tell a well-known sender from a
- * unique name: the callback checks the sender (`bgtask_bus_name_owner`). Returns 0 or -errno. */
+/* Calls `callback` on every NameOwnerChanged the bus sends about `name` (read the new owner
+ * with bgtask_bus_new_owner, which checks the sender). Returns 0 or -errno. */
+static inline int bgtask_bus_watch_owner(sd_bus *bus, const char *name, sd_bus_message_handler_t callback, void *userdata) {
+    char rule[256];
+    int n = snprintf(rule, sizeof rule, "type='signal',sender='org.freedesktop.DBus',path='/org/freedesktop/DBus',"
+                     "interface='org.freedesktop.DBus',member='NameOwnerChanged',arg0='%s'", name);
+    if (n < 0 || (size_t)n >= sizeof rule) return -EINVAL;
+    return sd_bus_add_match(bus, NULL, rule, callback, userdata);
+}
+
+/* The new owner a NameOwnerChanged (`m`) names ("" for none; owned by `m`), or NULL when
+ * the bus itself did not send it: the bus stamps every client's message with the client's
+ * unique name, so only its own carry the sender "org.freedesktop.DBus" — the match's sender
+ * is not enough (see bgtask_logind_watch). */
+static inline const char *bgtask_bus_new_owner(sd_bus_message *m) {
+    const char *sender = sd_bus_message_get_sender(m), *name = NULL, *old_owner = NULL, *new_owner = NULL;
+    if (!sender || strcmp(sender, "org.freedesktop.DBus") != 0) return NULL;
+    if (sd_bus_message_read(m, "sss", &name, &old_owner, &new_owner) < 0) return NULL;
+    return new_owner;
+}
+
+/* Calls `callback` on every PropertiesChanged of the session at `path` (the match stays
+ * across logind's restart). The match's sender is logind's well-known name, which the bus
+ * applies to what it broadcasts; a signal addressed to this connection reaches it whoever
+ * sent it, and sd-bus cannot tell a well-known sender from a unique name: the callback
+ * compares the sender with logind's unique name (bgtask_bus_name_owner, then
+ * bgtask_bus_watch_owner). Returns 0 or -errno. */
 static inline int bgtask_logind_watch(sd_bus *bus, const char *path, sd_bus_message_handler_t callback, void *userdata) {
     return sd_bus_match_signal(bus, NULL, "org.freedesktop.login1", path, "org.freedesktop.DBus.Properties",
                                "PropertiesChanged", callback, userdata);

@@ -35,6 +35,20 @@ systemctl --user import-environment SWAYSOCK WAYLAND_DISPLAY
 systemctl --user start bgtask-session.service
 wait
 USER
+# Another user's client on the system bus: signals addressed to the agent's connection, as
+# if from the bus (NameOwnerChanged: this connection now owns org.freedesktop.login1) and
+# then from logind (the session locked).
+cat > "$work/run/spoof.py" <<'SPOOF'
+import sys
+from gi.repository import Gio, GLib
+bus = Gio.bus_get_sync(Gio.BusType.SYSTEM, None)
+agent, path = sys.argv[1], sys.argv[2]
+bus.emit_signal(agent, "/org/freedesktop/DBus", "org.freedesktop.DBus", "NameOwnerChanged",
+                GLib.Variant("(sss)", ("org.freedesktop.login1", "", bus.get_unique_name())))
+bus.emit_signal(agent, path, "org.freedesktop.DBus.Properties", "PropertiesChanged",
+                GLib.Variant("(sa{sv}as)", ("org.freedesktop.login1.Session", {"LockedHint": GLib.Variant("b", True)}, [])))
+bus.flush_sync(None)
+SPOOF
 cat > "$work/run/checks.sh" <<CHECKS
 #!/bin/bash
 out=/out/results
@@ -87,20 +101,26 @@ setpriv --reuid=$uid --regid=$uid --clear-groups busctl call org.freedesktop.log
 if within 30 sh -c "[ \"\\\$(sed -n 's/^State:\t\(.\).*/\1/p' /proc/\$foot/status)\" != T ]"; then ok unlocked-resumes; else fail unlocked-resumes "state \$(state)"; fi
 # Another user sends the agent a PropertiesChanged of its session saying LockedHint true, as
 # if from logind (the system bus lets anyone send a signal, and a signal addressed to the
-# agent's connection reaches it past its match's sender): the agent drops it, foot runs on.
+# agent's connection reaches it past its match's sender), after a NameOwnerChanged of its own
+# naming itself logind's new owner: the agent drops both, foot runs on.
 agentpid=\$(pgrep -u $uid -x bgtask-session | head -1)
 agentbus=\$(busctl list --no-legend --unique | tr -s ' ' | grep "^:[0-9.]* \$agentpid " | cut -d' ' -f1)  # no awk: /etc is empty here
 locks=\$(journalctl -u bgtaskd --no-pager | grep -c "session locked")
-setpriv --reuid=65534 --regid=65534 --clear-groups busctl emit --destination="\$agentbus" "\$path" org.freedesktop.DBus.Properties PropertiesChanged \
-    'sa{sv}as' org.freedesktop.login1.Session 1 LockedHint b true 0 > /tmp/spoof.log 2>&1 || fail spoofed-lock-ignored "emit: \$(cat /tmp/spoof.log)"
+setpriv --reuid=65534 --regid=65534 --clear-groups /usr/bin/python3 /opt/run/spoof.py "\$agentbus" "\$path" > /tmp/spoof.log 2>&1 \
+    || fail spoofed-lock-ignored "spoof.py: \$(cat /tmp/spoof.log)"
+sameagent() { [ "\$(pgrep -u $uid -x bgtask-session | head -1)" = "\$agentpid" ]; }
 if within 50 sh -c "journalctl --no-pager -o cat -t bgtask-session | grep -q 'not from logind'" && [ "\$(state)" != T ] \
-    && [ "\$(journalctl -u bgtaskd --no-pager | grep -c "session locked")" = "\$locks" ]; then ok spoofed-lock-ignored; else
-    fail spoofed-lock-ignored "agent \$agentpid at \$agentbus; foot state \$(state); \$(agentlog | tail -3 | tr '\n' ' ')"; fi
+    && [ "\$(journalctl -u bgtaskd --no-pager | grep -c "session locked")" = "\$locks" ] && sameagent; then ok spoofed-lock-ignored; else
+    fail spoofed-lock-ignored "agent \$agentpid (now \$(pgrep -u $uid -x bgtask-session | head -1)) at \$agentbus (\$(cat /tmp/spoof.log)); foot state \$(state); \$(agentlog | tail -3 | tr '\n' ' ')"; fi
+# logind restarted (a new unique name on the bus): its signals are still followed.
+old=\$(busctl status org.freedesktop.login1 2>/dev/null | sed -n 's/^UniqueName=//p')
+systemctl restart systemd-logind.service
+within 50 sh -c "busctl status org.freedesktop.login1 | grep -q '^UniqueName=' && ! busctl status org.freedesktop.login1 | grep -qx 'UniqueName=\$old'"
 # Locked again, then the agent stopped: nothing is left stopped.
 setpriv --reuid=$uid --regid=$uid --clear-groups busctl call org.freedesktop.login1 "\$path" org.freedesktop.login1.Session SetLockedHint b true
-# logind's own signals are still followed after one from someone else was ignored.
-if within 50 sh -c "[ \"\\\$(sed -n 's/^State:\t\(.\).*/\1/p' /proc/\$foot/status)\" = T ]"; then ok locked-after-spoof-suspends; else
-    fail locked-after-spoof-suspends "state \$(state); \$(agentlog | tail -3 | tr '\n' ' ')"; fi
+# logind's own signals are still followed, after another's were ignored and logind restarted.
+if within 50 sh -c "[ \"\\\$(sed -n 's/^State:\t\(.\).*/\1/p' /proc/\$foot/status)\" = T ]" && sameagent; then ok restarted-logind-locks; else
+    fail restarted-logind-locks "state \$(state); agent \$agentpid now \$(pgrep -u $uid -x bgtask-session | head -1); logind \$old then \$(busctl status org.freedesktop.login1 2>&1 | sed -n 's/^UniqueName=//p'); \$(agentlog | tail -3 | tr '\n' ' ')"; fi
 # As the session's end stops it (its unit is PartOf=graphical-session.target).
 setpriv --reuid=$uid --regid=$uid --clear-groups env XDG_RUNTIME_DIR=\$run systemctl --user stop bgtask-session.service
 if within 30 sh -c "[ \"\\\$(sed -n 's/^State:\t\(.\).*/\1/p' /proc/\$foot/status)\" != T ]"; then ok stopped-agent-resumes; else fail stopped-agent-resumes "state \$(state)"; fi
@@ -145,6 +165,7 @@ userlog > /out/user-journal 2>&1
 collect
 CHECKS
 chmod +x "$work/run/user.sh" "$work/run/checks.sh"
+chmod 644 "$work/run/spoof.py"
 cat > "$units/bgtaskd-session-checks.service" <<'UNIT'
 [Unit]
 Description=bgtask-session checks
