@@ -37,7 +37,7 @@ wait
 USER
 # Another user's client on the system bus: signals addressed to the agent's connection, as
 # if from the bus (NameOwnerChanged: this connection now owns org.freedesktop.login1) and
-# then from logind (the session locked).
+# then from logind (the session locked), as many times as asked.
 cat > "$work/run/spoof.py" <<'SPOOF'
 import sys
 from gi.repository import Gio, GLib
@@ -45,8 +45,9 @@ bus = Gio.bus_get_sync(Gio.BusType.SYSTEM, None)
 agent, path = sys.argv[1], sys.argv[2]
 bus.emit_signal(agent, "/org/freedesktop/DBus", "org.freedesktop.DBus", "NameOwnerChanged",
                 GLib.Variant("(sss)", ("org.freedesktop.login1", "", bus.get_unique_name())))
-bus.emit_signal(agent, path, "org.freedesktop.DBus.Properties", "PropertiesChanged",
-                GLib.Variant("(sa{sv}as)", ("org.freedesktop.login1.Session", {"LockedHint": GLib.Variant("b", True)}, [])))
+for _ in range(int(sys.argv[3])):
+    bus.emit_signal(agent, path, "org.freedesktop.DBus.Properties", "PropertiesChanged",
+                    GLib.Variant("(sa{sv}as)", ("org.freedesktop.login1.Session", {"LockedHint": GLib.Variant("b", True)}, [])))
 bus.flush_sync(None)
 SPOOF
 cat > "$work/run/checks.sh" <<CHECKS
@@ -106,21 +107,26 @@ if within 30 sh -c "[ \"\\\$(sed -n 's/^State:\t\(.\).*/\1/p' /proc/\$foot/statu
 agentpid=\$(pgrep -u $uid -x bgtask-session | head -1)
 agentbus=\$(busctl list --no-legend --unique | tr -s ' ' | grep "^:[0-9.]* \$agentpid " | cut -d' ' -f1)  # no awk: /etc is empty here
 locks=\$(journalctl -u bgtaskd --no-pager | grep -c "session locked")
-setpriv --reuid=65534 --regid=65534 --clear-groups /usr/bin/python3 /opt/run/spoof.py "\$agentbus" "\$path" > /tmp/spoof.log 2>&1 \
+setpriv --reuid=65534 --regid=65534 --clear-groups /usr/bin/python3 /opt/run/spoof.py "\$agentbus" "\$path" 1 > /tmp/spoof.log 2>&1 \
     || fail spoofed-lock-ignored "spoof.py: \$(cat /tmp/spoof.log)"
 sameagent() { [ "\$(pgrep -u $uid -x bgtask-session | head -1)" = "\$agentpid" ]; }
 if within 50 sh -c "journalctl --no-pager -o cat -t bgtask-session | grep -q 'not from logind'" && [ "\$(state)" != T ] \
     && [ "\$(journalctl -u bgtaskd --no-pager | grep -c "session locked")" = "\$locks" ] && sameagent; then ok spoofed-lock-ignored; else
     fail spoofed-lock-ignored "agent \$agentpid (now \$(pgrep -u $uid -x bgtask-session | head -1)) at \$agentbus (\$(cat /tmp/spoof.log)); foot state \$(state); \$(agentlog | tail -3 | tr '\n' ' ')"; fi
+# A flood of them costs the agent a comparison each and no line (one a minute).
+setpriv --reuid=65534 --regid=65534 --clear-groups /usr/bin/python3 /opt/run/spoof.py "\$agentbus" "\$path" 2000 > /tmp/spoof.log 2>&1 \
+    || fail spoofed-lock-ignored "spoof.py: \$(cat /tmp/spoof.log)"
 # logind restarted (a new unique name on the bus): its signals are still followed.
 old=\$(busctl status org.freedesktop.login1 2>/dev/null | sed -n 's/^UniqueName=//p')
 systemctl restart systemd-logind.service
 within 50 sh -c "busctl status org.freedesktop.login1 | grep -q '^UniqueName=' && ! busctl status org.freedesktop.login1 | grep -qx 'UniqueName=\$old'"
 # Locked again, then the agent stopped: nothing is left stopped.
 setpriv --reuid=$uid --regid=$uid --clear-groups busctl call org.freedesktop.login1 "\$path" org.freedesktop.login1.Session SetLockedHint b true
-# logind's own signals are still followed, after another's were ignored and logind restarted.
-if within 50 sh -c "[ \"\\\$(sed -n 's/^State:\t\(.\).*/\1/p' /proc/\$foot/status)\" = T ]" && sameagent; then ok restarted-logind-locks; else
-    fail restarted-logind-locks "state \$(state); agent \$agentpid now \$(pgrep -u $uid -x bgtask-session | head -1); logind \$old then \$(busctl status org.freedesktop.login1 2>&1 | sed -n 's/^UniqueName=//p'); \$(agentlog | tail -3 | tr '\n' ' ')"; fi
+# logind's own signals are still followed, after another's were ignored and logind restarted;
+# the flood before it logged nothing more.
+ignoredlines() { journalctl --no-pager -o cat -t bgtask-session | grep -c 'not from logind'; }
+if within 50 sh -c "[ \"\\\$(sed -n 's/^State:\t\(.\).*/\1/p' /proc/\$foot/status)\" = T ]" && sameagent && [ "\$(ignoredlines)" = 1 ]; then ok restarted-logind-locks; else
+    fail restarted-logind-locks "state \$(state); \$(ignoredlines) lines of ignored signals; agent \$agentpid now \$(pgrep -u $uid -x bgtask-session | head -1); logind \$old then \$(busctl status org.freedesktop.login1 2>&1 | sed -n 's/^UniqueName=//p'); \$(agentlog | tail -3 | tr '\n' ' ')"; fi
 # As the session's end stops it (its unit is PartOf=graphical-session.target).
 setpriv --reuid=$uid --regid=$uid --clear-groups env XDG_RUNTIME_DIR=\$run systemctl --user stop bgtask-session.service
 if within 30 sh -c "[ \"\\\$(sed -n 's/^State:\t\(.\).*/\1/p' /proc/\$foot/status)\" != T ]"; then ok stopped-agent-resumes; else fail stopped-agent-resumes "state \$(state)"; fi
