@@ -345,10 +345,11 @@ public final class Daemon {
             model.schedule(.status, at: Instant(nanoseconds: max(now.nanoseconds, lastStatusSent + Self.statusInterval)))
         }
         keepAwakeIfNeeded(at: now)
-        var next = inPlace { $0.nextDeadline() }
+        let armed = timerArmedAt.map(Instant.init(nanoseconds:))
+        var next = inPlace { $0.nextDeadline(armedAt: armed) }
         if let due = next, due <= now {
             while !advanceModel(to: now, limit: Self.timersPerSlice) { _ = commit() }
-            next = inPlace { $0.nextDeadline() }
+            next = inPlace { $0.nextDeadline(armedAt: armed) }
         }
         if let next { armTimer(at: next.nanoseconds) }
         armSleepTimer()

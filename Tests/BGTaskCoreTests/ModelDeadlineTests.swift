@@ -76,6 +76,22 @@ import Testing
         #expect(h.model.nextDeadline() == nil)
     }
 
+    /// With the caller's timer armed already (the daemon's moves only earlier), a first timer
+    /// at or after it is returned as it is: the answer would move nothing, and it is looked
+    /// at once that timer has fired. One before it is looked at as ever.
+    @Test func aFirstTimerPastTheArmedOneIsLookedAtWhenThatFires() throws {
+        var h = ModelHarness()
+        let holder = try h.app(pid: 102)
+        let task = try h.begin(holder)  // its age warning at 30 s
+        h.at(1)  // granted
+        try h.background(holder)  // its warning at 26 s
+        try h.foreground(holder)  // that warning stale
+        #expect(h.model.nextDeadline(armedAt: .seconds(26)) == .seconds(26))  // armed there: unmoved
+        #expect(h.model.nextDeadline(armedAt: .seconds(27)) == .seconds(30))  // before it: looked at
+        try h.end(task, in: holder)
+        #expect(h.model.nextDeadline(armedAt: nil) == nil)
+    }
+
     /// An owner flipping its app between foreground and background leaves the warning and
     /// the deadline of each flip behind (up to the budget ahead): dropped between calls once
     /// they pile up, so the timers are bounded by what is live, not by how fast an owner
