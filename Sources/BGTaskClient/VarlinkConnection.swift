@@ -64,8 +64,7 @@ public enum DaemonSocket {
     static func isOwnDaemon(at path: String) -> Bool {
         guard let socket = try? UnixSocket.connect(path: path) else { return false }
         defer { socket.close() }
-        guard let peer = try? UnixSocket.peerCredentials(socket) else { return false }
-        return peer.uid == 0 || peer.uid == getuid() || peer.uid == geteuid()
+        return (try? UnixSocket.peerCredentials(socket))?.isThisUserOrRoot == true
     }
 }
 

@@ -10,6 +10,11 @@ public struct PeerCredentials: Sendable {
     public var gid: UInt32
     /// `SO_PEERGROUPS`: supplementary groups.
     public var groups: [UInt32]
+
+    /// Whether the peer runs as this process's user (real or effective) or root: the one to
+    /// talk to at a path found by itself — the per-user daemon's socket for a client, the
+    /// compositor's for the session agent (`bgtask_wlr_connect` says the same in C).
+    public var isThisUserOrRoot: Bool { uid == 0 || uid == getuid() || uid == geteuid() }
 }
 
 /// `AF_UNIX` stream sockets: listen, connect, accept, and peer credentials.

@@ -138,8 +138,8 @@ int bgtask_wlr_connect(const char *name, bgtask_wlr_callback callback, void *use
     wlr->userdata = userdata;
     wlr->display = wl_display_connect(name);
     if (!wlr->display) { free(wlr); return -ECONNREFUSED; }
-    /* The user's own compositor or root's, before anything it says is read (bgtask-session's
-     * mayFollow: another user's display, reached through a path others may write, would
+    /* The user's own compositor or root's, before anything it says is read (PeerCredentials'
+     * isThisUserOrRoot in Swift: another user's display, reached through a path others may write, would
      * name the toplevels whose units the agent moves). */
     struct ucred cred;
     socklen_t length = sizeof(cred);

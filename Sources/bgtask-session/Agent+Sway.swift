@@ -24,7 +24,11 @@ extension Agent {
         do {
             let socket = try UnixSocket.connect(path: swayPath, nonBlocking: true)
             let peer = try? UnixSocket.peerCredentials(socket)
-            guard let peer, Self.mayFollow(compositorUID: peer.uid) else {
+            // Only the user's own compositor, or root's: what answers at `$SWAYSOCK` decides
+            // which of the user's processes are suspended, with the user's rights, and sway's
+            // socket is in `/tmp` without `$XDG_RUNTIME_DIR`, where another user can take the
+            // path while sway restarts.
+            guard let peer, peer.isThisUserOrRoot else {
                 socket.close()
                 refuseCompositor(at: swayPath, uid: peer?.uid)
                 swayRetry.arm(at: Clock.monotonicNanoseconds() + 1_000_000_000)
@@ -47,14 +51,6 @@ extension Agent {
             swayRetry.arm(at: Clock.monotonicNanoseconds() + 1_000_000_000)
         }
     }
-
-    /// Whether a compositor running as `uid` is one to follow: the user's own, or root's.
-    /// What answers at `$SWAYSOCK` decides which of the user's processes are suspended; a
-    /// socket in a directory others may write (sway's is in `/tmp` without
-    /// `$XDG_RUNTIME_DIR`), taken by another user while sway restarts, would have the agent
-    /// suspend whichever of the user's processes it named as hidden windows — its daemon
-    /// calls are the user's. The clients' rule for the daemon's socket, the same way round.
-    static func mayFollow(compositorUID uid: UInt32) -> Bool { uid == 0 || uid == getuid() || uid == geteuid() }
 
     /// Logs, once for each path and uid, a compositor socket not followed (looked at again
     /// every second: the real compositor may come back there).
