@@ -347,7 +347,7 @@ extension Daemon {
         case let .task(id)?:
             taskStreams[id] = nil
         case .monitor?:
-            monitors.removeAll { $0 == connection.id }
+            monitors.remove(connection.id, uid: connection.credentials.uid)
         case nil:
             break
         }

@@ -79,14 +79,14 @@ extension Daemon {
         }
     }
 
-    /// Sends a monitor event to every monitor allowed to see an app of `uid`. Every event
-    /// names its owner: there is no event for everyone.
+    /// Sends a monitor event to every monitor allowed to see an app of `uid` (`Monitors`).
+    /// Every event names its owner: there is no event for everyone.
     /// `frame` is made once, when the first monitor allowed to see it is found.
     func broadcast(uid: UInt32, _ makeFrame: () -> [UInt8]) {
         guard !monitors.isEmpty else { return }
         var frame: [UInt8]?
-        for id in monitors {
-            guard let connection = connections[id], mayManage(connection, appUID: uid) else { continue }
+        monitors.seeing(uid) { id in
+            guard let connection = connections[id] else { return }
             if frame == nil { frame = makeFrame() }
             send(shared: frame!, to: connection)
         }

@@ -48,6 +48,7 @@ extension Daemon {
             self.policies = policies
             rematchPolicies()
             access = AccessPolicy(managerGID: Self.groupID(configuration.managerGroup))
+            sortMonitors()
             log(.info, "Configuration reloaded from \(read.isEmpty ? "the built-in defaults" : read.joined(separator: ", ")) (\(policies.policies.count) policies)")
             return nil
         } catch {

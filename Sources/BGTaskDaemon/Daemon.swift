@@ -133,7 +133,7 @@ public final class Daemon {
     /// or two besides it is plenty). Each holds a queue of every event (shared bytes).
     static let maximumSubscribersPerApp = 8
     var taskStreams: [TaskID: ConnectionID] = [:]
-    var monitors: [ConnectionID] = [] {
+    var monitors = Monitors() {
         didSet { model.reportsEveryTaskChange = !monitors.isEmpty }
     }
     /// Connections with input answered and left in the socket (`settleInput`), by when it

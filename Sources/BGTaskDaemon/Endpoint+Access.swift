@@ -21,6 +21,15 @@ extension Daemon {
         isPrivileged(connection) ? nil : connection.credentials.uid
     }
 
+    /// Sorts the monitors again by whose events each may have, after `ManagerGroup` changed.
+    func sortMonitors() {
+        var sorted = Monitors()
+        for id in monitors.all {
+            if let connection = connections[id] { sorted.add(id, seeing: visibleUID(connection)) }
+        }
+        monitors = sorted
+    }
+
     /// The registered app whose own process has `pid`, known by the pidfd the daemon holds
     /// for it: while that pidfd says the process lives, the pid cannot name another one, so
     /// nothing in `/proc` needs reading (a burst of 10,000 `SetAppState` calls read 13 files

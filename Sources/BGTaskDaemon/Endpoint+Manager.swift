@@ -35,7 +35,7 @@ extension Daemon {
             _ = try Parameters(call.parameters, allowed: [])
             guard call.more else { throw VarlinkError.expectedMore }
             connection.stream = .monitor
-            monitors.append(connection.id)
+            monitors.add(connection.id, seeing: visibleUID(connection))
             return .reply(VarlinkReply(parameters: [Field.event: .string("monitoring")], continues: true))
         case .terminate:
             let parameters = try Parameters(call.parameters, allowed: ["pid", "unit"])

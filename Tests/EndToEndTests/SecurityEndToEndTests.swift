@@ -369,6 +369,45 @@ struct SecurityEndToEndTests {
         #expect(leaked.isEmpty, "\(leaked.map(\.serialized))")
     }
 
+    /// 6, across a reload: a monitor open before `ManagerGroup` names its caller's group has
+    /// every app's events from the reload on, and only its own again once a reload takes
+    /// the group away (monitors are kept by whose events they may have, `Monitors`).
+    @Test func aMonitorsReachFollowsManagerGroupAcrossReloads() throws {
+        let files = try ConfigurationFileTests.ConfigFiles()
+        try files.write(files.main, "[Background]\nGrantLatencyMaxSec=0\n")
+        let daemon = try TestDaemon([], extraArguments: ["--config", files.main])
+        let intruder = try Intruder(daemon)
+        #expect(try intruder.call("io.bgtaskd.Manager.Monitor", more: true)["error"] == nil)
+        let probe = try daemon.probe()
+        let own = try spawnUnprivilegedSleep()
+        var ownState = "foreground"
+        /// What the monitor was sent of root's app up to a change of the intruder's own app.
+        func rootsEventsSeen() throws -> [String] {
+            ownState = ownState == "foreground" ? "background" : "foreground"
+            try daemon.setState(own.pid, ownState)
+            var seen: [String] = []
+            while true {
+                let event = try intruder.run("read")
+                if event["timeout"] != nil { throw TestFailure("the intruder's own event never came; saw \(seen)") }
+                if event["parameters"]?["entry"]?["pid"]?.intValue == Int64(own.pid) { return seen }
+                if event.serialized.contains("\(probe.pid)") { seen.append(event.serialized) }
+            }
+        }
+        let group = String(cString: getgrgid(gid_t(Intruder.uid))!.pointee.gr_name)
+
+        _ = try probe.begin("before")
+        #expect(try rootsEventsSeen().isEmpty)
+        try files.write(files.main, "[Background]\nGrantLatencyMaxSec=0\n[Access]\nManagerGroup=\(group)\n")
+        try daemon.manager("Reload")
+        _ = try probe.begin("managed")
+        let managed = try rootsEventsSeen()
+        #expect(managed.contains { $0.contains("managed") }, "\(managed)")
+        try files.write(files.main, "[Background]\nGrantLatencyMaxSec=0\n")
+        try daemon.manager("Reload")
+        _ = try probe.begin("after")
+        #expect(try rootsEventsSeen().isEmpty)
+    }
+
     /// 7 and 10: the state lives in a 0700 directory nobody else can lock or plant files in;
     /// socket directories others can write are refused.
     @Test func theStateDirectoryIsPrivateAndUnsafeDirectoriesAreRefused() throws {

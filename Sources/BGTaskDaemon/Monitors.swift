@@ -1,0 +1,38 @@
+// SPDX-License-Identifier: Apache-2.0
+import BGTaskCore
+
+/// The `Monitor` streams, kept by whose events each may have: a privileged caller's (root,
+/// `ManagerGroup`) every app's, another caller's its own uid's. An event is offered to
+/// the monitors that may have it and no others, so one user's monitors cost nothing to
+/// another user's calls: looked through one by one, uid 65534's 256 monitors (its
+/// connection limit) were each checked for every event of every app, root's calls among
+/// them (a Begin+End pair ~20% slower, measured by hand).
+struct Monitors {
+    /// Monitors of every app's events, in the order they began.
+    private(set) var everyone: [ConnectionID] = []
+    /// Monitors of one uid's events, in the order they began.
+    private(set) var byUID: [UInt32: [ConnectionID]] = [:]
+
+    var isEmpty: Bool { everyone.isEmpty && byUID.isEmpty }
+
+    /// Adds a monitor of `uid`'s events, or of everyone's (`nil`).
+    mutating func add(_ id: ConnectionID, seeing uid: UInt32?) {
+        if let uid { byUID[uid, default: []].append(id) } else { everyone.append(id) }
+    }
+
+    /// Removes the monitor of a caller of `uid`, whichever events it had.
+    mutating func remove(_ id: ConnectionID, uid: UInt32) {
+        everyone.removeAll { $0 == id }
+        byUID[uid]?.removeAll { $0 == id }
+        if byUID[uid]?.isEmpty == true { byUID[uid] = nil }
+    }
+
+    /// Every monitor, in the order they began.
+    var all: [ConnectionID] { (everyone + byUID.values.joined()).sorted { $0.rawValue < $1.rawValue } }
+
+    /// The monitors that may have an event of an app owned by `uid`.
+    func seeing(_ uid: UInt32, _ body: (ConnectionID) -> Void) {
+        for id in everyone { body(id) }
+        if let own = byUID[uid] { for id in own { body(id) } }
+    }
+}
