@@ -105,10 +105,10 @@ extension BackgroundModel {
     // MARK: Internals
 
     /// Whether anyone hears of `task`'s changes: its stream, for a task begun with `more`
-    /// (`connection`), or a monitor, while `reportsEveryTaskChange`. Inlined, as
+    /// (`connection`), or a monitor of its owner's (`monitoredOwners`). Inlined, as
     /// `needsWatch` is.
     @inline(__always)
-    func reportsChanges(of task: TaskRecord) -> Bool { reportsEveryTaskChange || task.connection != nil }
+    func reportsChanges(of task: TaskRecord) -> Bool { task.connection != nil || monitoredOwners.contains(task.uid) }
 
     /// Lists `task`'s change (`Effect.taskChanged`) if anyone hears of it.
     @inline(__always)
@@ -131,11 +131,12 @@ extension BackgroundModel {
                   task.state = warned ? .expiring : .granted
                   return (task.uid, task.connection)
               }) else { return }
-        // Heard by the app's subscribers and by monitors (`reportsEveryTaskChange`) only: an
-        // effect listed for nobody was copied, looked up and destroyed on every grant.
-        if subscribed || reportsEveryTaskChange { effects.append(.lifecycle(app, uid: uid, .taskGranted(id))) }
+        // Heard by the app's subscribers and by monitors of its owner's (`monitoredOwners`)
+        // only: an effect listed for nobody was copied, looked up and destroyed on every grant.
+        let monitored = monitoredOwners.contains(uid)
+        if subscribed || monitored { effects.append(.lifecycle(app, uid: uid, .taskGranted(id))) }
         // The whole record (a copy, ~100 instructions) only for whoever hears of it.
-        if reportsEveryTaskChange || connection != nil || debugLogging, let task = tasks[id] {
+        if monitored || connection != nil || debugLogging, let task = tasks[id] {
             reportChange(of: task, at: now, effects: &effects)
             if debugLogging {
                 effects.append(.log(.task(.taskGranted, .debug, id, name: task.name, app: app, uid: uid,

@@ -13,11 +13,13 @@ public struct BackgroundModel {
     /// Whether to emit debug log records (every task granted and ended). Off, they are not
     /// even formatted: they would cost more than the call they describe.
     public var debugLogging = true
-    /// Whether every task's change is listed (`Effect.taskChanged`), or only those of tasks
-    /// begun with `more`, whose stream hears of them. The daemon sets it while a monitor is
-    /// connected: otherwise a snapshot and an effect per change, two or three per call, went
-    /// to nobody (callgrind: ~1,500 instructions of each call's ~16,000).
-    public var reportsEveryTaskChange = true
+    /// Whose tasks have every change listed (`Effect.taskChanged`, and a grant's lifecycle
+    /// event), beside tasks begun with `more`, whose stream hears of them: the owners the
+    /// daemon's monitors may see. Otherwise a snapshot and an effect per change, two or three
+    /// per call, went to nobody (callgrind: ~1,500 instructions of each call's ~16,000), and
+    /// uid 65534's one monitor had every user's calls pay ~2,800 instructions more for
+    /// changes only root's monitors could have.
+    public var monitoredOwners = MonitoredOwners.everyone
     var apps = ChangeTracked<ProcessIdentity, AppRecord>()
     /// Changes whenever an app is added, removed or replaced whole (as `isolate` gives it a
     /// unit): which app `app(containing:)` finds for a process stays the same while this
@@ -381,4 +383,21 @@ public struct BackgroundModel {
 final class Shared<Value: Sendable>: Sendable {
     let value: Value
     init(_ value: Value) { self.value = value }
+}
+
+/// Whose tasks' changes monitors may have (`BackgroundModel.monitoredOwners`): root's and
+/// `ManagerGroup`'s monitors see every app's, another user's its own uid's.
+public enum MonitoredOwners: Equatable, Sendable {
+    case nobody
+    case everyone
+    case some(Set<UInt32>)
+
+    @inline(__always)
+    public func contains(_ uid: UInt32) -> Bool {
+        switch self {
+        case .nobody: false
+        case .everyone: true
+        case let .some(uids): uids.contains(uid)
+        }
+    }
 }

@@ -148,8 +148,8 @@ public enum Effect: Equatable, Sendable {
     /// Deliver to the app's lifecycle subscribers (and to monitors allowed to see `uid`, the
     /// app's owner: carried here because the app may be gone by the time it is delivered).
     case lifecycle(ProcessIdentity, uid: UInt32, LifecycleEvent)
-    /// A task changed state (its `more` stream and monitors; only for a streamed task unless
-    /// `BackgroundModel.reportsEveryTaskChange`).
+    /// A task changed state (its `more` stream and monitors: only for a streamed task or one
+    /// whose owner is among `BackgroundModel.monitoredOwners`).
     case taskChanged(TaskSnapshot)
     /// Suspend, resume or terminate the app (`terminate` carries the signal), and record it.
     case act(AppActionRecord, signal: TerminateSignal?)

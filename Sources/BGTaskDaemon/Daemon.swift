@@ -134,7 +134,7 @@ public final class Daemon {
     static let maximumSubscribersPerApp = 8
     var taskStreams: [TaskID: ConnectionID] = [:]
     var monitors = Monitors() {
-        didSet { model.reportsEveryTaskChange = !monitors.isEmpty }
+        didSet { model.monitoredOwners = monitors.owners }
     }
     /// Connections with input answered and left in the socket (`settleInput`), by when it
     /// was left, from `inputLeftHead`; an entry whose instant is not its connection's `leftAt`
@@ -184,7 +184,7 @@ public final class Daemon {
         self.loop = try EventLoop()
         self.model = BackgroundModel(configuration: configuration, seed: randomSeed())
         model.debugLogging = logDebug
-        model.reportsEveryTaskChange = false  // until a monitor connects (`monitors`)
+        model.monitoredOwners = .nobody  // until a monitor connects (`monitors`)
         self.access = AccessPolicy(managerGID: Self.groupID(configuration.managerGroup))
 
         try listener.setNonBlocking()

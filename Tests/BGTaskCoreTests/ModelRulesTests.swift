@@ -66,10 +66,10 @@ import Testing
     }
 
     /// A grant's lifecycle event is listed for whoever hears it: the app's subscribers, or
-    /// every app's while a monitor is connected (`reportsEveryTaskChange`); for nobody else.
+    /// a monitor of its owner's (`monitoredOwners`); for nobody else.
     @Test func aGrantIsListedForSubscribersAndMonitorsOnly() throws {
         var h = ModelHarness()
-        h.model.reportsEveryTaskChange = false
+        h.model.monitoredOwners = .nobody
         let plain = try h.app(pid: 100)
         let subscribed = try h.app(pid: 200, subscribed: true)
         let unheard = try h.begin(plain)
@@ -77,10 +77,18 @@ import Testing
         h.at(0.05)
         #expect(h.taskState(unheard) == .granted && h.taskState(heard) == .granted)
         #expect(h.take().lifecycle == [.taskGranted(heard)])
-        h.model.reportsEveryTaskChange = true  // a monitor connected
-        let watched = try h.begin(plain)
+        h.model.monitoredOwners = .some([65534])  // another user's monitor connected
+        let unwatched = try h.begin(plain)
         h.at(0.1)
+        #expect(h.taskState(unwatched) == .granted && h.take().lifecycle.isEmpty)
+        h.model.monitoredOwners = .some([65534, 1000])  // one of the owner's
+        let watched = try h.begin(plain)
+        h.at(0.15)
         #expect(h.take().lifecycle == [.taskGranted(watched)])
+        h.model.monitoredOwners = .everyone  // root's
+        let everyones = try h.begin(plain)
+        h.at(0.2)
+        #expect(h.take().lifecycle == [.taskGranted(everyones)])
     }
 
     @Test func grantLatencyIsDrawnFromTheRangeAndReproducibleWithASeed() throws {
@@ -479,11 +487,11 @@ import Testing
         #expect(h.model.uid(of: helper) == nil && h.model.uid(of: app) == 1000)
     }
 
-    /// Without a monitor (`reportsEveryTaskChange` off), only a streamed task's changes are
-    /// listed: nobody else hears of them.
-    @Test func taskChangesAreListedForTheirStreamOrForEveryTaskWhenAsked() throws {
+    /// Without a monitor (`monitoredOwners` nobody), only a streamed task's changes are
+    /// listed: nobody else hears of them; with another user's monitor, still only those.
+    @Test func taskChangesAreListedForTheirStreamOrForTheirOwnersMonitors() throws {
         var h = ModelHarness()
-        h.model.reportsEveryTaskChange = false
+        h.model.monitoredOwners = .nobody
         let app = try h.app()
         let plain = try h.begin(app, "plain")
         let streamed = try h.begin(app, "streamed", connection: ConnectionID(7))
@@ -494,10 +502,16 @@ import Testing
             effects.compactMap { if case let .taskChanged(task) = $0 { "\(task.id) \(task.state)" } else { nil } }
         }
         #expect(changed(h.take()) == ["\(streamed) pending", "\(streamed) granted", "\(streamed) ended"])
-        h.model.reportsEveryTaskChange = true
-        let watched = try h.begin(app, "watched")
-        try h.end(watched, in: app)
-        #expect(changed(h.take()) == ["\(watched) pending", "\(watched) ended"])
+        h.model.monitoredOwners = .some([65534])
+        let unwatched = try h.begin(app, "unwatched")
+        try h.end(unwatched, in: app)
+        #expect(changed(h.take()).isEmpty)
+        for owners in [MonitoredOwners.some([1000]), .everyone] {
+            h.model.monitoredOwners = owners
+            let watched = try h.begin(app, "watched")
+            try h.end(watched, in: app)
+            #expect(changed(h.take()) == ["\(watched) pending", "\(watched) ended"], "\(owners)")
+        }
     }
 
     @Test func closingTheConnectionEndsTasksBegunWithMore() throws {

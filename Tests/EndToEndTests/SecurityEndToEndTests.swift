@@ -369,6 +369,26 @@ struct SecurityEndToEndTests {
         #expect(leaked.isEmpty, "\(leaked.map(\.serialized))")
     }
 
+    /// 6: an unprivileged monitor has every change of its own user's tasks, not only of
+    /// those begun with `more` (the model lists changes for the owners monitors may see).
+    @Test func anUnprivilegedMonitorHasItsOwnUsersTaskChanges() throws {
+        let daemon = try TestDaemon(["GrantLatencyMaxSec=0"])
+        let intruder = try Intruder(daemon)
+        #expect(try intruder.call("io.bgtaskd.Manager.Monitor", more: true)["error"] == nil)
+        let app = try Intruder(daemon)
+        let begun = try app.call("io.bgtaskd.App.BeginTask", #"{"name":"mine"}"#)
+        guard let id = begun["parameters"]?["taskId"]?.intValue else { throw TestFailure("not begun: \(begun.serialized)") }
+        var states: [String] = []
+        while !states.contains("granted") {
+            let event = try intruder.run("read")
+            if event["timeout"] != nil { throw TestFailure("the task's changes never came; saw \(states)") }
+            if let task = event["parameters"]?["task"], task["id"]?.intValue == id, let state = task["state"]?.stringValue {
+                states.append(state)
+            }
+        }
+        #expect(states == ["pending", "granted"])
+    }
+
     /// 6, across a reload: a monitor open before `ManagerGroup` names its caller's group has
     /// every app's events from the reload on, and only its own again once a reload takes
     /// the group away (monitors are kept by whose events they may have, `Monitors`).
