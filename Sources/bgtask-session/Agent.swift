@@ -233,10 +233,10 @@ final class Agent {
         }, Unmanaged.passUnretained(self).toOpaque(), &raw, &peerUID)
         guard result == 0, let raw else {
             if result == -ENOTSUP { return log(3, "this bgtask-session was built without wlr-foreign-toplevel support") }
+            // Logged once until a compositor is followed, as for sway: a display that comes and
+            // goes between two looks does not log its refusal again each time.
             if result == -EPERM {
                 refuseCompositor(at: "Wayland display \(Host.environment("WAYLAND_DISPLAY") ?? "wayland-0")", uid: peerUID < 0 ? nil : UInt32(peerUID))
-            } else {
-                refusedCompositor = nil
             }
             if result == -ENOENT { log(4, "the compositor offers no zwlr_foreign_toplevel_manager_v1; looking again in a second") }
             swayRetry.arm(at: Clock.monotonicNanoseconds() + 1_000_000_000)
