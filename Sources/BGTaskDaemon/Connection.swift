@@ -331,6 +331,8 @@ final class Connection {
 /// `Daemon.processInput`).
 final class UserAccount {
     var connections = 0
+    /// Its `Monitor` streams (`Daemon.maximumMonitorsPerUser`).
+    var monitors = 0
     var outputBytes = 0
     private var loopTime: Int64 = 0
     private var loopTimePass: UInt64 = 0

@@ -348,6 +348,7 @@ extension Daemon {
             taskStreams[id] = nil
         case .monitor?:
             monitors.remove(connection.id, uid: connection.credentials.uid)
+            connection.account.monitors -= 1
         case nil:
             break
         }

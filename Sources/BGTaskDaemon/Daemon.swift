@@ -132,6 +132,13 @@ public final class Daemon {
     /// Lifecycle subscriptions one app may have at once (UIKit has one delegate; a helper
     /// or two besides it is plenty). Each holds a queue of every event (shared bytes).
     static let maximumSubscribersPerApp = 8
+    /// `Monitor` streams one user other than root may have at once. Every event of the user's
+    /// apps goes to each, and what a pass sent them is not part of the user's turn: uid
+    /// 65534 flipping its own app beside 255 monitors (its connection limit) held root's
+    /// `GetStatus` p50 3.7–4.1 ms, p99 8.7–14.8 ms, at worst 28.6 (beside a busy loop of its
+    /// instead: p50 0.8–1.0, p99 4.0–4.2, at worst 7.5; with 16 monitors p50 1.7–1.9, p99
+    /// 4.5–5.0, at worst 7.9; release build, by hand). A person watches with one or two.
+    static let maximumMonitorsPerUser = 16
     var taskStreams: [TaskID: ConnectionID] = [:]
     var monitors = Monitors() {
         didSet { model.monitoredOwners = monitors.owners }

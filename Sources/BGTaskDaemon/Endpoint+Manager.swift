@@ -34,6 +34,11 @@ extension Daemon {
         case .monitor:
             _ = try Parameters(call.parameters, allowed: [])
             guard call.more else { throw VarlinkError.expectedMore }
+            let account = connection.account
+            guard connection.credentials.uid == 0 || account.monitors < Self.maximumMonitorsPerUser else {
+                throw BGTaskError.limitExceeded("\(Self.maximumMonitorsPerUser) monitors of uid \(connection.credentials.uid)")
+            }
+            account.monitors += 1
             connection.stream = .monitor
             monitors.add(connection.id, seeing: visibleUID(connection))
             return .reply(VarlinkReply(parameters: [Field.event: .string("monitoring")], continues: true))

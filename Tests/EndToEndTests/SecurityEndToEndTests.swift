@@ -389,6 +389,30 @@ struct SecurityEndToEndTests {
         #expect(states == ["pending", "granted"])
     }
 
+    /// A user other than root has at most 16 monitors at once (`maximumMonitorsPerUser`):
+    /// the 17th is refused, and a closed one's place can be taken again; root is not bound.
+    @Test func aUserOtherThanRootHasAtMostSixteenMonitors() throws {
+        let daemon = try TestDaemon()
+        let intruder = try Intruder(daemon)
+        let held = try intruder.run("connections 20 io.bgtaskd.Manager.Monitor more")
+        #expect(held["accepted"] == 16 && held["refused"] == "io.bgtaskd.App.LimitExceeded", "\(held.serialized)")
+        _ = try intruder.run("release")
+        // The daemon reads the closes as they come: until then the places are still taken.
+        try waitUntil("the closed monitors' places taken again") {
+            let again = try intruder.run("connections 16 io.bgtaskd.Manager.Monitor more")
+            _ = try intruder.run("release")
+            return again["accepted"] == 16
+        }
+        var roots: [VarlinkConnection] = []
+        for _ in 0..<20 {
+            let connection = try daemon.connect()
+            try connection.send(VarlinkCall(method: "io.bgtaskd.Manager.Monitor", more: true))
+            let reply = try connection.receive(timeoutMilliseconds: 5000)
+            #expect(reply.error == nil && reply.parameters["event"] == "monitoring", "\(reply.error ?? "")")
+            roots.append(connection)
+        }
+    }
+
     /// 6, across a reload: a monitor open before `ManagerGroup` names its caller's group has
     /// every app's events from the reload on, and only its own again once a reload takes
     /// the group away (monitors are kept by whose events they may have, `Monitors`).

@@ -14,9 +14,9 @@ final class Intruder {
     /// `flood` (bytes with no NUL until the daemon takes no more for a second: `{"sent":N}`),
     /// `pipeline N METHOD JSON` (N calls sent while their replies are read, as a pipelining
     /// client must: `{"errors":E}`; `JSON | JSON …`: the calls take the bodies in turn),
-    /// `unread N METHOD JSON` (N calls, nothing read), `pid`, `connections N` (up to N more
-    /// connections, each held once its `GetInfo` is answered, until one is refused:
-    /// `{"accepted":A,"refused":ERROR}`), `release` (closes them).
+    /// `unread N METHOD JSON` (N calls, nothing read), `pid`, `connections N [METHOD [more]]`
+    /// (up to N more connections, each held once its `GetInfo`, or METHOD, is answered, until
+    /// one is refused: `{"accepted":A,"refused":ERROR}`), `release` (closes them).
     static let script = #"""
     import json, os, select, socket, sys
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -91,7 +91,8 @@ final class Intruder {
             accepted = 0; refused = None
             for _ in range(int(w[1])):
                 c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); c.connect(sys.argv[1])
-                try: c.sendall(msg("org.varlink.service.GetInfo", "{}", False))
+                method = w[2].strip() if len(w) > 2 else "org.varlink.service.GetInfo"
+                try: c.sendall(msg(method, "{}", len(w) > 3 and w[3].strip() == "more"))
                 except OSError: pass  # refused and closed before the call went out
                 reply = b""
                 r, _, _ = select.select([c], [], [], 2.0)
