@@ -214,7 +214,10 @@ final class BenchDaemon {
     /// Nanoseconds from spawning to `READY=1`.
     let startup: Int64
 
-    init(_ settings: [String]) throws {
+    /// Without `followingForks`, the daemon runs without `CAP_NET_ADMIN` (`setpriv`): its
+    /// process apps are walked, not followed, and no process started elsewhere on the
+    /// machine wakes it (the idle rows measure that wake-up on their own).
+    init(_ settings: [String], followingForks: Bool = true) throws {
         // On a tmpfs, as /run/bgtaskd (the socket and the state file) is under systemd; the
         // state file is written on every change. BGTASKD_BENCH_DIR overrides it.
         let base = ProcessInfo.processInfo.environment["BGTASKD_BENCH_DIR"]
@@ -222,7 +225,8 @@ final class BenchDaemon {
         directory = try makeTemporaryDirectory(base + "bgtaskd-bench")
         socketPath = directory + "/io.bgtaskd"
         let notify = try UnixSocket.bindDatagram(path: directory + "/notify")
-        let arguments = [binaryDirectory + "/bgtaskd", "--socket", socketPath] + settings.flatMap { ["--set", $0] }
+        let arguments = (followingForks ? [] : ["/usr/bin/setpriv", "--inh-caps=-net_admin", "--bounding-set=-net_admin"])
+            + [binaryDirectory + "/bgtaskd", "--socket", socketPath] + settings.flatMap { ["--set", $0] }
         let started = now()
         // The log stays in the directory while the daemon runs; BGTASKD_BENCH_LOG keeps a copy.
         child = try Child(arguments, environment: ["NOTIFY_SOCKET=\(directory)/notify", "PATH=/usr/bin:/bin"],
