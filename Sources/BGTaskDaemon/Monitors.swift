@@ -10,9 +10,9 @@ import BGTaskCore
 /// each checked for every event of every app (root's Begin+End pair ~20% slower, by hand).
 struct Monitors {
     /// Monitors of every app's events, in the order they began.
-    private(set) var everyone: [ConnectionID] = []
+    private var everyone: [ConnectionID] = []
     /// Monitors of one uid's events, in the order they began.
-    private(set) var byUID: [UInt32: [ConnectionID]] = [:]
+    private var byUID: [UInt32: [ConnectionID]] = [:]
 
     var isEmpty: Bool { everyone.isEmpty && byUID.isEmpty }
 
