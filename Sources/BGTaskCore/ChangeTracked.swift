@@ -39,23 +39,16 @@ struct ChangeTracked<Key: HashWord, Value> {
         changedCount += 1
     }
 
-    /// Counts the writes that may add, remove or replace a value (the subscripts'; not
-    /// `update`'s, which changes a value's fields where it lies): what was found by key
-    /// stays so while it is unchanged.
-    private(set) var generation: UInt64 = 0
-
     subscript(key: Key) -> Value? {
         get { dictionary[WordKey(key)] }
         // Assigning a whole value (`apps[id] = record`): the dictionary's own setter; `_modify`
         // moved the old value out and back before it was replaced (callgrind).
         set {
             note(key)
-            generation &+= 1
             dictionary[WordKey(key)] = newValue
         }
         _modify {
             note(key)
-            generation &+= 1
             yield &dictionary[WordKey(key)]
         }
     }
@@ -65,7 +58,6 @@ struct ChangeTracked<Key: HashWord, Value> {
     subscript(unsaved key: Key) -> Value? {
         get { dictionary[WordKey(key)] }
         _modify {
-            generation &+= 1
             yield &dictionary[WordKey(key)]
         }
     }

@@ -35,9 +35,9 @@ final class Connection {
     var managerName: String?
     /// The app the caller's calls are about, once known (`Daemon.connectionsByApp`).
     var app: ProcessIdentity?
-    /// The caller is its own app, as found while the model's apps were at `generation`
-    /// (`Daemon.appCaller`).
-    var ownApp: (app: ProcessIdentity, generation: UInt64)?
+    /// The caller is its own app, of `uid`, as found while the model's apps of that uid were
+    /// at `generation` (`Daemon.appCaller`).
+    var ownApp: (app: ProcessIdentity, uid: UInt32, generation: UInt64)?
     /// What waits to be written, in order: chunks — event bytes shared with every other
     /// subscriber they went to (encoded once, referenced by all), a listing's slices, and
     /// replies sealed in behind them (`sealOwn`) — then `own`.

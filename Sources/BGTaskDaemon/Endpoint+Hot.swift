@@ -46,18 +46,20 @@ extension Daemon {
     /// changes nothing, so a full disk refuses it only for a caller not yet an app (its
     /// registration would be a change).
     ///
-    /// A caller that is its own app (the common case) is known as such while the table of
-    /// apps has had no app added, removed or replaced since (`BackgroundModel.appsGeneration`):
+    /// A caller that is its own app (the common case) is known as such while no app of its
+    /// uid has been added, removed or made a unit app since (`BackgroundModel.appsGeneration`):
     /// the same process is found the same way, and it is watched as an app, so there is no
     /// pidfd to offer. Resolving it again was a copy of its description and three look-ups
-    /// a call (~500 instructions, callgrind).
+    /// a call (~560 instructions, callgrind).
     func appCaller(of connection: Connection, reads: Bool, at now: Instant,
                    effects: inout [Effect]) throws -> (process: ProcessIdentity, app: ProcessIdentity) {
         if !reads { try requireWritableState() }
-        if let own = connection.ownApp, own.generation == inPlace({ $0.appsGeneration }) { return (own.app, own.app) }
+        if let own = connection.ownApp, own.generation == inPlace({ $0.appsGeneration(of: own.uid) }) {
+            return (own.app, own.app)
+        }
         let process = try caller(of: connection)
         let app = try callingApp(process, on: connection, at: now, effects: &effects)
-        connection.ownApp = app == process.identity ? (app, inPlace { $0.appsGeneration }) : nil
+        connection.ownApp = app == process.identity ? (app, process.uid, inPlace { $0.appsGeneration(of: process.uid) }) : nil
         return (process.identity, app)
     }
 }

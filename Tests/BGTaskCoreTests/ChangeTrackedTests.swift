@@ -49,31 +49,5 @@ struct ChangeTrackedTests {
         _ = table[5]
         #expect(!table.hasChanges)
     }
-
-    /// `generation` moves with every write that may add, remove or replace a value, and
-    /// not with a value's fields changed where it lies or a read.
-    @Test func theGenerationMovesWithWholeWritesOnly() {
-        var table = ChangeTracked<TaskID, Int>()
-        var seen = table.generation
-        func moved(_ table: ChangeTracked<TaskID, Int>) -> Bool {
-            defer { seen = table.generation }
-            return table.generation != seen
-        }
-        table[1] = 1
-        #expect(moved(table))
-        table[1]? += 1
-        #expect(moved(table))
-        table[unsaved: 2] = 2
-        #expect(moved(table))
-        table[2] = nil
-        #expect(moved(table))
-        table.update(1) { $0 += 1 }
-        table.update(1, saved: false) { $0 += 1 }
-        _ = table.peek(1) { $0 }
-        _ = table[1]
-        table.touch(1)
-        table.clearChanges()
-        #expect(!moved(table) && table[1] == 4)
-    }
 }
 

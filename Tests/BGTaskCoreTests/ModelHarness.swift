@@ -36,8 +36,8 @@ struct ModelHarness {
     }
 
     /// Registers a new app process.
-    mutating func app(pid: Int32 = 100, subscribed: Bool = false) throws -> ProcessIdentity {
-        let description = process(pid: pid)
+    mutating func app(pid: Int32 = 100, uid: UInt32 = 1000, subscribed: Bool = false) throws -> ProcessIdentity {
+        let description = process(pid: pid, uid: uid)
         let app = try model.register(description, at: now, effects: &effects)
         if subscribed { model.subscribe(app) }
         return app

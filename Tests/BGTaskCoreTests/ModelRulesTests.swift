@@ -41,15 +41,16 @@ import Testing
         #expect(h.take().lifecycle == [.taskGranted(id)])
     }
 
-    /// Which app a process belongs to may change only when the apps' generation does: it
-    /// moves when an app is registered, given a unit or removed, and the daemon keeps a
-    /// caller's app while it does not (`Daemon.appCaller`).
-    @Test func theAppsGenerationMovesWhenAnAppIsAddedIsolatedOrRemoved() throws {
+    /// Which app a process of a uid belongs to may change only when that uid's apps'
+    /// generation does: it moves when an app of the uid is registered, given a unit or
+    /// removed, and the daemon keeps a caller's app while it does not (`Daemon.appCaller`).
+    /// Another user's apps, and any app's calls and state, leave it where it is.
+    @Test func aUsersAppsGenerationMovesWhenOneOfItsAppsIsAddedIsolatedOrRemoved() throws {
         var h = ModelHarness()
-        var seen = h.model.appsGeneration
+        var seen = h.model.appsGeneration(of: 1000)
         func moved(_ h: inout ModelHarness) -> Bool {
-            defer { seen = h.model.appsGeneration }
-            return h.model.appsGeneration != seen
+            defer { seen = h.model.appsGeneration(of: 1000) }
+            return h.model.appsGeneration(of: 1000) != seen
         }
         let app = try h.app(pid: 100)
         #expect(moved(&h))
@@ -57,6 +58,13 @@ import Testing
         h.at(0.05)
         try h.end(task, in: app)
         #expect(!moved(&h))  // the calls of an app that is one already
+        try h.background(app)
+        try h.foreground(app)
+        #expect(h.state(app) == .foreground && !moved(&h))  // its state
+        let others = try h.app(pid: 300, uid: 65534)
+        try h.background(others)
+        h.model.processExited(others, at: h.now, effects: &h.effects)
+        #expect(h.state(others) == nil && !moved(&h))  // another user's apps
         #expect(h.model.isolate(app, inScope: "/user.slice/app-x.scope", effects: &h.effects))
         #expect(moved(&h))
         _ = try h.app(pid: 200)
