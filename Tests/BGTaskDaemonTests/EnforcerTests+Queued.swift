@@ -75,17 +75,17 @@ extension EnforcerTests {
         #expect(rig.logged.contains { $0.contains("not suspended: the app's owner could not signal it") }, "\(rig.logged)")
     }
 
-    /// 40 single-process tracked apps suspended with signals, stopped, and swept three times
-    /// a second apart: a sweep of two wake-ups opens their files (each app read by path: 32 of
-    /// them fill a wake-up's budget), the third reads those held. Returns the sleepers, the
+    /// 40 (`count`) single-process tracked apps suspended with signals, stopped, and checked
+    /// three times a second apart: a sweep of two checks opens their files (each app read by
+    /// path: 32 of them fill a check's budget), the third reads those held. Returns the sleepers, the
     /// apps and the instant of the last check; the caller resumes the apps.
     /// With `uid`, the sleepers run as that user (`setpriv`), which suspends them.
-    private func sweptTrackedSleepers(_ rig: Rig, uid: UInt32 = 0) throws -> (sleepers: [Spawned], apps: [ProcessIdentity], at: Int64) {
+    private func sweptTrackedSleepers(_ rig: Rig, uid: UInt32 = 0, count: Int = 40) throws -> (sleepers: [Spawned], apps: [ProcessIdentity], at: Int64) {
         var sleepers: [Spawned] = []
         do {
             let command = (uid == 0 ? [] : ["/usr/bin/setpriv", "--reuid=\(uid)", "--regid=\(uid)", "--clear-groups"])
                 + ["/bin/sleep", "1000"]
-            for _ in 0..<40 { sleepers.append(try Spawned(command[0], Array(command.dropFirst()))) }
+            for _ in 0..<count { sleepers.append(try Spawned(command[0], Array(command.dropFirst()))) }
             // Each runs as `uid` only once `setpriv` has changed it: until then it is root's,
             // and `uid`'s suspension rightly leaves it alone. Its exec of `sleep` comes after.
             try waitUntil("setpriv to exec sleep") {
@@ -139,9 +139,39 @@ extension EnforcerTests {
         #expect(rig.enforcer.trackedStatBudget.total == 5)
         let spacing = Enforcer.stopCheckSpacing(cost: Enforcer.readCost(processes: 40, held: 5))
         #expect(spacing == Enforcer.stopCheckInterval / 2)
-        #expect(rig.scheduled.last?.1 == now + spacing, "\(String(describing: rig.scheduled.last))")
+        // A sweep of two checks, back to back: the second in the next pass, then two spacings on.
+        #expect(rig.scheduled.last?.1 == now + 1, "\(String(describing: rig.scheduled.last))")
+        rig.enforcer.checkStops(at: now + 1)
+        #expect(rig.scheduled.last?.1 == now + 1 + 2 * spacing, "\(String(describing: rig.scheduled.last))")
         for app in apps { rig.enforcer.resume(app, uid: 0, at: now) }
         #expect(rig.enforcer.trackedStatBudget.total == 0)
+        try waitUntil("every app running") { sleepers.allSatisfy { processState($0.pid) != "T" } }
+    }
+
+    /// A sweep's checks run one a pass, back to back, up to four (`stopChecksBackToBack`),
+    /// then wait as long as those would have been spaced: the CPU woken once for them (a
+    /// locked session's 400 processes were four wake-ups a second), each pass still bounded,
+    /// the sweep as long as before. 160 tracked apps read by path (no files held here) are
+    /// five checks; the helper made three of them.
+    @Test(.enabled(if: tracking, "needs root in the initial namespaces for the process-events connector"))
+    func theStrayChecksRunFourBackToBackThenWait() throws {
+        let rig = try Rig(tracking: true)
+        rig.enforcer.heldStopLimits = (all: 0, perUser: 0)
+        let (sleepers, apps, now) = try sweptTrackedSleepers(rig, count: 160)
+        defer { for sleeper in sleepers { sleeper.killTree() } }
+        let spacing = Enforcer.stopCheckSpacing(cost: Enforcer.readCost(processes: 160, held: 0))
+        #expect(spacing == Enforcer.stopCheckInterval / 5)
+        func armed() -> Int64? { rig.scheduled.last.flatMap { $0.0 == .stopCheck ? $0.1 : nil } }
+        #expect(armed() == now + 1)  // the fourth, in the next pass
+        rig.enforcer.checkStops(at: now + 1)
+        let fifth = now + 1 + 4 * spacing
+        #expect(armed() == fifth)  // four made: the fifth after four spacings
+        rig.enforcer.checkStops(at: fifth)
+        #expect(armed() == fifth + spacing)  // the sweep's last, alone in its row
+        rig.enforcer.checkStops(at: fifth + spacing)
+        #expect(armed() == fifth + spacing + 1)  // the next sweep's first row
+        #expect(sleepers.allSatisfy { processState($0.pid) == "T" })  // none found running, none stopped again
+        for app in apps { rig.enforcer.resume(app, uid: 0, at: fifth + spacing) }
         try waitUntil("every app running") { sleepers.allSatisfy { processState($0.pid) != "T" } }
     }
 
