@@ -148,7 +148,15 @@ import Varlink
         try daemon.setState(app.pid, "foreground")  // known to the daemon; running
         let start = Clock.monotonicNanoseconds()
         try daemon.manager("Terminate", ["pid": .int(Int64(app.pid))])
-        try app.expectLine("got-term")
+        var line: String?
+        repeat { line = try app.readLine(timeout: 5) } while line != nil && line != "got-term"
+        guard line != nil else {
+            // Seen once in CI (the sixty-third round, uid 65534's case, cause unknown): the app's
+            // output ended before its handler's line. What the daemon did to it says why, next time.
+            let status = try? app.wait(timeout: 1)
+            Issue.record("the app's output ended before 'got-term' (wait status \(status.map { String($0) } ?? "unknown")); the daemon's log:\n\(daemon.log().suffix(30).joined(separator: "\n"))")
+            return
+        }
         let signalled = Double(Clock.monotonicNanoseconds() - start) / 1e9
         #expect(signalled >= bound - 0.1, "signalled after \(signalled)s, before the bound (\(bound)s)")
         try waitUntil("the wait logged") {
