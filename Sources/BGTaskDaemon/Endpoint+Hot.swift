@@ -47,7 +47,7 @@ extension Daemon {
     /// registration would be a change).
     ///
     /// A caller that is its own app (the common case) is known as such while no app of its
-    /// uid has been added, removed or made a unit app since (`BackgroundModel.appsGeneration`):
+    /// uid has been added, removed or made a unit app since (`BackgroundModel.appsGeneration(of:)`):
     /// the same process is found the same way, and it is watched as an app, so there is no
     /// pidfd to offer. Resolving it again was a copy of its description and three look-ups
     /// a call (~560 instructions, callgrind).

@@ -127,6 +127,9 @@ import Varlink
         #expect(try daemon.ctl(["reload"], asUser: 65534) == (0, ""))
         #expect(try daemon.ctl(["reload"], asUser: 65533) == (1, denied))
         #expect(try daemon.ctl(["reload"]) == (0, ""))
+        // The pass's log records go out when it ends, after its reply: waited for (read at
+        // once, a loaded CI machine once found one of the two).
+        try waitUntil("both reloads logged") { daemon.log().filter { $0.contains("Configuration reloaded") }.count >= 2 }
         #expect(daemon.log().filter { $0.contains("Configuration reloaded") }.count == 2)
         #expect(rootsDaemon.log().filter { $0.contains("Configuration reloaded") }.isEmpty)
     }
