@@ -21,18 +21,22 @@ public struct BackgroundModel {
     /// changes only root's monitors could have.
     public var monitoredOwners = MonitoredOwners.everyone
     var apps = ChangeTracked<ProcessIdentity, AppRecord>()
-    /// Counts, for each uid's bucket (`uid % 64`), the apps of its uids added, removed or
+    /// Counts, for each uid's bucket (`appsBucket`), the apps of its uids added, removed or
     /// made unit apps (`isolate`): which app `app(containing:)` finds for a process of a uid
     /// stays the same while its bucket's count does, as it finds only apps of the process's
     /// own uid, and an app's uid and unit change only so. Counted by every replaced record
     /// and for every user, one user flipping its own app's state had every other user's
     /// next call resolve its caller again (~560 instructions: callgrind).
     private var appsGenerations = [UInt64](repeating: 0, count: 64)
+    /// Root's bucket is its own: shared (`uid % 64`), a user given uid 64 or 1024 had
+    /// root's calls resolve their caller again with each app it started. Other uids share
+    /// the 63 others (more resolutions, never fewer).
+    private static func appsBucket(_ uid: UInt32) -> Int { uid == 0 ? 0 : 1 + Int((uid - 1) % 63) }
     /// Where `uid`'s apps stand (`appsGenerations`). Mutating only to be read in place, on
     /// every call (`Daemon.inPlace`).
-    public mutating func appsGeneration(of uid: UInt32) -> UInt64 { appsGenerations[Int(uid % 64)] }
+    public mutating func appsGeneration(of uid: UInt32) -> UInt64 { appsGenerations[Self.appsBucket(uid)] }
     /// An app of `uid` was added, removed or made a unit app.
-    private mutating func appsChanged(of uid: UInt32) { appsGenerations[Int(uid % 64)] &+= 1 }
+    private mutating func appsChanged(of uid: UInt32) { appsGenerations[Self.appsBucket(uid)] &+= 1 }
     /// Active tasks only: a task that ends is forgotten (its names live on in history).
     var tasks = ChangeTracked<TaskID, TaskRecord>()
     /// Each task whose owner is not its app's own process, under that owner (a helper's

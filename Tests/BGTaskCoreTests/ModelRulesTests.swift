@@ -65,6 +65,9 @@ import Testing
         try h.background(others)
         h.model.processExited(others, at: h.now, effects: &h.effects)
         #expect(h.state(others) == nil && !moved(&h))  // another user's apps
+        let rootSeen = h.model.appsGeneration(of: 0)
+        for uid: UInt32 in [64, 1024, 4096] { _ = try h.app(pid: Int32(400 + uid), uid: uid) }
+        #expect(h.model.appsGeneration(of: 0) == rootSeen)  // root's apps: no other uid's
         #expect(h.model.isolate(app, inScope: "/user.slice/app-x.scope", effects: &h.effects))
         #expect(moved(&h))
         _ = try h.app(pid: 200)
