@@ -249,9 +249,9 @@ extension BackgroundModel {
     mutating func warnLate(_ app: ProcessIdentity, dueAt due: Instant, now: Instant, effects: inout [Effect]) {
         // (One look in the usual case: the shortest period is at most `minimumGrace`.)
         if let deadline = apps.peek(app, { $0.state == .background ? $0.deadline : nil }) ?? nil,
-           deadline - now < Self.minimumGrace / 2, var record = apps[app] {
+           deadline - now < Self.minimumGrace.half, var record = apps[app] {
             let least = Self.periodLength(.zero, settings(record))
-            if deadline - now < least / 2 {
+            if deadline - now < least.half {
                 record.deadline = now + least
                 apps[app] = record
                 timers.insert(.deadline(app, epoch: record.epoch), at: now + least)
@@ -287,7 +287,7 @@ extension BackgroundModel {
     mutating func transitionTimedOut(_ app: ProcessIdentity, dueAt due: Instant, now: Instant, effects: inout [Effect]) {
         guard var record = apps[app], record.state == .background, record.phase == .transition else { return }
         let length = min(Self.minimumGrace, settings(record).transitionTimeout)
-        guard now - due < length / 2 || length == .zero else {
+        guard now - due < length.half || length == .zero else {
             record.transitionDeadline = now + length
             apps[app] = record
             timers.insert(.transitionTimeout(app, epoch: record.epoch), at: now + length)

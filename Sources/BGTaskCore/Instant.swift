@@ -54,6 +54,12 @@ extension Duration {
         return attoseconds < 0 ? -Int64(quotient) : Int64(quotient)
     }
 
+    /// Half the duration, to the nanosecond. Not `self / 2`: the standard library's division
+    /// by an integer is generic and out of line (`_Int128(exactly:)` through its witness
+    /// tables), and its first call in the daemon's life resolved those by name — in the first
+    /// warning of the first deadline burst (`perf`: part of that slice's ~230 µs).
+    public var half: Duration { .nanoseconds(nanoseconds / 2) }
+
     /// The duration in seconds, as the protocol reports it.
     public var seconds: Double { Double(nanoseconds) / 1e9 }
 }

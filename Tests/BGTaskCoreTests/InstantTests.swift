@@ -29,4 +29,14 @@ import Testing
         #expect(Duration.seconds(30).nanoseconds == 30_000_000_000)
         #expect(Duration.milliseconds(-1500).nanoseconds == -1_500_000_000)
     }
+
+    /// `half`, which the late-warning and transition rules compare against, is the standard
+    /// library's `/ 2` to the nanosecond (which it replaced: generic and out of line).
+    @Test func halfIsTheDivisionByTwoToTheNanosecond() {
+        for duration: Duration in [.zero, .nanoseconds(1), .nanoseconds(3), .nanoseconds(-3), .seconds(1), .milliseconds(1500),
+                                   .seconds(-7), .nanoseconds(Int64.max), .nanoseconds(Int64.min + 1)] {
+            #expect(duration.half == .nanoseconds((duration / 2).nanoseconds), "\(duration)")
+        }
+        #expect(BackgroundModel.minimumGrace.half == .milliseconds(500))
+    }
 }
