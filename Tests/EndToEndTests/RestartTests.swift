@@ -319,7 +319,17 @@ import Varlink
         try #require(try first.app(app.pid)?["containment"] == "unit", "not taken for a unit app")
         try first.manager("Terminate", ["pid": .int(Int64(app.pid))])
         // The escaped process's line and the handler's, in either order (they race).
-        let lines = [try #require(try app.readLine(timeout: 5)), try #require(try app.readLine(timeout: 5))]
+        func line() throws -> String {
+            if let line = try app.readLine(timeout: 5) { return line }
+            // Seen once in CI (the sixty-fourth round, uid 65534's case, beside the whole suite;
+            // not reproduced alone): the app's output ended before either line. How it ended,
+            // what the unit held and what the daemon did say why, next time.
+            let status = try? app.wait(timeout: 1)
+            throw TestFailure("the app's output ended before its handler's lines: wait status \(status.map { String($0) } ?? "unknown")"
+                + " (signal \(status.flatMap(Spawned.terminatingSignal).map { String($0) } ?? "none")); the unit's processes "
+                + "\((try? unit.cgroup.processes()) ?? []); the daemon's log:\n\(first.log().suffix(30).joined(separator: "\n"))")
+        }
+        let lines = [try line(), try line()]
         let signalled = Clock.monotonicNanoseconds()
         #expect(lines.contains("got-term"))
         let line = try #require(lines.first { $0.hasPrefix("escaped ") }, "\(lines)")
