@@ -16,9 +16,10 @@ struct ChangeTracked<Key: HashWord, Value> {
     /// instructions of the pinned Begin+End's, callgrind).
     private var changed: [Key] = []
     private(set) var changedCount = 0
-    /// Made with room at once: the first growth of an empty set resolves its storage's type
-    /// by name (the Swift runtime's demangler, once per process), and the first pass that
-    /// wrote more than `scannedChanges` tasks was the first deadline burst's first slice.
+    /// Made with room at once: the first growth of an empty set made its storage's type (by
+    /// name, through the Swift runtime's demangler, before release builds reached metadata
+    /// through accessors: Package.swift), and the first pass that wrote more than
+    /// `scannedChanges` tasks was the first deadline burst's first slice.
     private var changedSet = Set<WordKey<Key>>(minimumCapacity: 2 * scannedChanges)
 
     /// The most keys looked for along `changed` before `changedSet` is kept.
